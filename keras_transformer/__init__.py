@@ -1,0 +1,34 @@
+"""keras_transformer: the Transformer of "Attention Is All You Need" in Keras 3.
+
+Runs on TensorFlow, JAX and PyTorch (choose with ``KERAS_BACKEND``).
+"""
+
+from keras_transformer.layers import (
+    DecoderBlock,
+    EncoderBlock,
+    MultiHeadAttention,
+    ScaledDotProductAttention,
+    SinusoidalEncoding,
+    TokenEmbedding,
+    sinusoidal_table,
+)
+from keras_transformer.layers.masks import causal_mask, padding_mask
+from keras_transformer.model import CONFIGS, TransformerConfig, build_model, get_config
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "CONFIGS",
+    "DecoderBlock",
+    "EncoderBlock",
+    "MultiHeadAttention",
+    "ScaledDotProductAttention",
+    "SinusoidalEncoding",
+    "TokenEmbedding",
+    "TransformerConfig",
+    "build_model",
+    "causal_mask",
+    "get_config",
+    "padding_mask",
+    "sinusoidal_table",
+]

@@ -1,0 +1,364 @@
+"""Scaled dot-product attention and multi-head attention (paper §3.2)."""
+
+import math
+
+import keras
+from keras import ops
+
+from keras_transformer.layers import masks as masks_lib
+
+# Masked logits get this fill before the softmax. The explicit path takes its
+# softmax in float32, so the fill comes from float32's range (it would overflow
+# float16, whose largest magnitude is 65504). A finite fill keeps rows that are
+# entirely masked finite: they become a uniform average, as in every Keras
+# backend's fused kernel.
+_FLOAT32_MASK_FILL = -0.7 * float(3.4028235e38)
+
+
+def _validate_rate(name, value):
+    if not 0.0 <= value < 1.0:
+        raise ValueError(f"{name} must be in [0, 1). Received: {name}={value}")
+    return float(value)
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class ScaledDotProductAttention(keras.layers.Layer):
+    """Scaled dot-product attention, ``softmax(Q Kᵀ / √d_k) V`` (§3.2.1).
+
+    Without attention dropout and without weights to return, the call goes
+    through ``keras.ops.dot_product_attention``, which picks the backend's
+    fused (flash) kernel where one fits. Otherwise the weights are computed
+    explicitly, with the softmax in float32.
+
+    Args:
+        dropout: float in [0, 1). Dropout on the attention weights. The paper
+            has none (§5.4 drops sub-layer outputs); it is 0 by default because
+            it rules out the fused kernels.
+        **kwargs: base layer arguments (``name``, ``dtype``, ...).
+
+    Call arguments:
+        query: ``(..., T_q, d_k)``.
+        key: ``(..., T_k, d_k)``.
+        value: ``(..., T_k, d_v)``.
+        mask: optional boolean tensor broadcastable to ``(..., T_q, T_k)``;
+            True means "may attend".
+        is_causal: if True, query ``i`` may only attend keys ``j <= i``
+            (aligned to the last key when ``T_q < T_k``).
+        return_attention_scores: if True, also return the weights
+            ``(..., T_q, T_k)``.
+        training: Python bool; enables attention dropout.
+
+    Example:
+
+    >>> q = k = v = keras.random.normal((2, 5, 16))
+    >>> ScaledDotProductAttention()(q, k, v, is_causal=True).shape
+    (2, 5, 16)
+
+    References:
+        Vaswani et al., "Attention Is All You Need", 2017, §3.2.1.
+    """
+
+    def __init__(self, dropout=0.0, **kwargs):
+        super().__init__(**kwargs)
+        self.dropout = _validate_rate("dropout", dropout)
+        self.dropout_layer = keras.layers.Dropout(
+            self.dropout, dtype=self.dtype_policy, name="attention_dropout"
+        )
+
+    def compute_mask(self, inputs, previous_mask=None):
+        # The output is a new sequence aligned with the queries; the `mask`
+        # argument is an attention mask, not a padding mask to pass on.
+        return None
+
+    def call(
+        self,
+        query,
+        key,
+        value,
+        mask=None,
+        is_causal=False,
+        return_attention_scores=False,
+        training=None,
+    ):
+        rank = len(query.shape)
+        if rank < 2 or len(key.shape) != rank or len(value.shape) != rank:
+            raise ValueError(
+                "query, key and value must have the same rank, at least 2. "
+                f"Received: query.shape={query.shape}, key.shape={key.shape}, "
+                f"value.shape={value.shape}"
+            )
+        # (..., T, d) -> (B, T, H, d), the layout of keras.ops.dot_product_attention.
+        if rank == 4:  # (B, H, T, d)
+            to_bthd = [ops.transpose(t, (0, 2, 1, 3)) for t in (query, key, value)]
+            batch_shape = None
+        else:
+            batch_shape = ops.shape(query)[:-2]
+            to_bthd = [
+                ops.expand_dims(ops.reshape(t, (-1,) + tuple(ops.shape(t)[-2:])), 2)
+                for t in (query, key, value)
+            ]  # (B', T, 1, d)
+        if mask is not None:
+            mask = ops.cast(mask, "bool")
+            if rank == 4:
+                while len(mask.shape) < 4:
+                    mask = ops.expand_dims(mask, 0)
+            elif len(mask.shape) <= 2:
+                mask = ops.reshape(mask, (1, 1) + tuple(ops.shape(mask)))
+            else:
+                full = tuple(batch_shape) + tuple(ops.shape(mask)[-2:])
+                mask = ops.broadcast_to(mask, full)
+                mask = ops.expand_dims(ops.reshape(mask, (-1,) + full[-2:]), 1)
+        outputs = self.attend(
+            *to_bthd,
+            mask=mask,
+            is_causal=is_causal,
+            return_attention_scores=return_attention_scores,
+            training=training,
+        )
+        output, weights = outputs if return_attention_scores else (outputs, None)
+        # (B, T_q, H, d_v) -> input layout.
+        if rank == 4:
+            output = ops.transpose(output, (0, 2, 1, 3))
+        else:
+            output = ops.reshape(
+                output, tuple(batch_shape) + tuple(ops.shape(output)[1:2]) + (-1,)
+            )
+            if weights is not None:
+                weights = ops.reshape(
+                    weights, tuple(batch_shape) + tuple(ops.shape(weights)[-2:])
+                )
+        return (output, weights) if return_attention_scores else output
+
+    def attend(
+        self,
+        query,
+        key,
+        value,
+        mask=None,
+        is_causal=False,
+        return_attention_scores=False,
+        training=None,
+    ):
+        """Attention on heads-last tensors: ``(B, T, H, d)`` in, ``(B, T_q, H, d_v)`` out.
+
+        ``mask`` is broadcastable to ``(B, H, T_q, T_k)``. Weights, if asked
+        for, are ``(B, H, T_q, T_k)``. This is the layout ``MultiHeadAttention``
+        produces without a transpose, so it calls this method directly.
+        """
+        d_k = query.shape[-1]
+        scale = 1.0 / math.sqrt(d_k)
+        q_len, k_len = query.shape[1], key.shape[1]
+        dropout_active = self.dropout > 0 and bool(training)
+
+        # A bare is_causal keeps the fused kernels' own causal path; it means
+        # top-left alignment there, which equals ours only when T_q == T_k.
+        fused_causal = is_causal and mask is None and q_len is not None and q_len == k_len
+        if is_causal and not fused_causal:
+            q_len_t, k_len_t = ops.shape(query)[1], ops.shape(key)[1]
+            mask = masks_lib.merge_masks(mask, masks_lib.causal_mask(q_len_t, k_len_t))
+
+        if not return_attention_scores and not dropout_active:
+            return ops.dot_product_attention(
+                query, key, value, mask=mask, scale=scale, is_causal=fused_causal
+            )
+
+        if fused_causal:
+            mask = masks_lib.causal_mask(ops.shape(query)[1], ops.shape(key)[1])
+        # Scale the queries before the product so that float16 logits stay small.
+        logits = ops.einsum("bqhd,bkhd->bhqk", query * ops.cast(scale, query.dtype), key)
+        logits = ops.cast(logits, "float32")
+        if mask is not None:
+            logits = ops.where(mask, logits, _FLOAT32_MASK_FILL)
+        weights = ops.softmax(logits, axis=-1)  # (B, H, T_q, T_k), float32
+        weights = ops.cast(weights, self.compute_dtype)
+        dropped = self.dropout_layer(weights, training=training)
+        output = ops.einsum("bhqk,bkhd->bqhd", dropped, value)  # (B, T_q, H, d_v)
+        if return_attention_scores:
+            return output, weights
+        return output
+
+    def get_config(self):
+        config = super().get_config()
+        config.update({"dropout": self.dropout})
+        return config
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class MultiHeadAttention(keras.layers.Layer):
+    """Multi-head attention (§3.2.2).
+
+    ``MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O`` with
+    ``head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V)`` and
+    ``d_k = d_v = d_model / num_heads``. The per-head projections are stored as
+    one ``d_model x d_model`` matrix each, split into heads by a reshape.
+
+    Args:
+        num_heads: int, number of heads ``h``.
+        d_model: int, model width; must be divisible by ``num_heads``.
+        dropout: float in [0, 1), dropout on the attention weights (default 0).
+        use_bias: bool, whether the four projections have biases.
+        kernel_initializer: initializer for the projection kernels.
+        bias_initializer: initializer for the projection biases.
+        **kwargs: base layer arguments.
+
+    Call arguments:
+        query: ``(B, T_q, dim_q)``.
+        value: ``(B, T_k, dim_v)``.
+        key: optional ``(B, T_k, dim_k)``; defaults to ``value``.
+        query_mask, value_mask, key_mask: optional ``(B, T)`` padding masks.
+            Filled in from the inputs' Keras masks when not given.
+        attention_mask: optional boolean mask broadcastable to
+            ``(B, T_q, T_k)`` (or ``(B, num_heads, T_q, T_k)``).
+        use_causal_mask: bool, forbid attention to later positions (§3.2.3).
+        return_attention_scores: bool, also return ``(B, num_heads, T_q, T_k)``.
+        training: Python bool.
+
+    Example:
+
+    >>> mha = MultiHeadAttention(num_heads=8, d_model=512)
+    >>> x = keras.random.normal((2, 10, 512))
+    >>> mha(x, x).shape
+    (2, 10, 512)
+
+    References:
+        Vaswani et al., "Attention Is All You Need", 2017, §3.2.2.
+    """
+
+    def __init__(
+        self,
+        num_heads,
+        d_model,
+        dropout=0.0,
+        use_bias=True,
+        kernel_initializer="glorot_uniform",
+        bias_initializer="zeros",
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        if not isinstance(num_heads, int) or num_heads <= 0:
+            raise ValueError(
+                f"num_heads must be a positive integer. Received: num_heads={num_heads}"
+            )
+        if not isinstance(d_model, int) or d_model <= 0:
+            raise ValueError(
+                f"d_model must be a positive integer. Received: d_model={d_model}"
+            )
+        if d_model % num_heads:
+            raise ValueError(
+                "d_model must be divisible by num_heads (§3.2.2: "
+                "d_k = d_model / h). "
+                f"Received: num_heads={num_heads}, d_model={d_model}"
+            )
+        self.num_heads = num_heads
+        self.d_model = d_model
+        self.d_k = d_model // num_heads
+        self.dropout = _validate_rate("dropout", dropout)
+        self.use_bias = use_bias
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.bias_initializer = keras.initializers.get(bias_initializer)
+        self.supports_masking = True
+
+    def _dense(self, name):
+        return keras.layers.Dense(
+            self.d_model,
+            use_bias=self.use_bias,
+            kernel_initializer=keras.initializers.get(
+                keras.initializers.serialize(self.kernel_initializer)
+            ),
+            bias_initializer=keras.initializers.get(
+                keras.initializers.serialize(self.bias_initializer)
+            ),
+            dtype=self.dtype_policy,
+            name=name,
+        )
+
+    def build(self, query_shape, value_shape, key_shape=None):
+        key_shape = value_shape if key_shape is None else key_shape
+        self.query_dense = self._dense("query")
+        self.query_dense.build(query_shape)
+        self.key_dense = self._dense("key")
+        self.key_dense.build(key_shape)
+        self.value_dense = self._dense("value")
+        self.value_dense.build(value_shape)
+        self.output_dense = self._dense("attention_output")
+        self.output_dense.build(tuple(query_shape[:-1]) + (self.d_model,))
+        self.attention = ScaledDotProductAttention(
+            self.dropout, dtype=self.dtype_policy, name="attention"
+        )
+        self.built = True
+
+    def _split_heads(self, x):
+        # (B, T, d_model) -> (B, T, H, d_k)
+        return ops.reshape(x, tuple(ops.shape(x)[:2]) + (self.num_heads, self.d_k))
+
+    def call(
+        self,
+        query,
+        value,
+        key=None,
+        query_mask=None,
+        value_mask=None,
+        key_mask=None,
+        attention_mask=None,
+        use_causal_mask=False,
+        return_attention_scores=False,
+        training=None,
+    ):
+        if key is None:
+            key = value
+            key_mask = value_mask if key_mask is None else key_mask
+        # Padding masks -> (B, T_q, T_k); then a heads axis -> (B, 1, T_q, T_k).
+        mask = masks_lib.merge_masks(
+            masks_lib.attention_mask_from_padding(query_mask, value_mask),
+            masks_lib.attention_mask_from_padding(None, key_mask),
+        )
+        if attention_mask is not None:
+            attention_mask = ops.cast(attention_mask, "bool")
+            if len(attention_mask.shape) == 4:
+                mask = ops.expand_dims(mask, 1) if mask is not None else None
+            mask = masks_lib.merge_masks(mask, attention_mask)
+        if mask is not None and len(mask.shape) == 3:
+            mask = ops.expand_dims(mask, 1)
+
+        q = self._split_heads(self.query_dense(query))  # (B, T_q, H, d_k)
+        k = self._split_heads(self.key_dense(key))  # (B, T_k, H, d_k)
+        v = self._split_heads(self.value_dense(value))  # (B, T_k, H, d_k)
+        outputs = self.attention.attend(
+            q,
+            k,
+            v,
+            mask=mask,
+            is_causal=use_causal_mask,
+            return_attention_scores=return_attention_scores,
+            training=training,
+        )
+        output, weights = outputs if return_attention_scores else (outputs, None)
+        # Concat(head_1, ..., head_h): (B, T_q, H, d_k) -> (B, T_q, d_model)
+        output = ops.reshape(output, tuple(ops.shape(output)[:2]) + (self.d_model,))
+        output = self.output_dense(output)
+        return (output, weights) if return_attention_scores else output
+
+    def compute_mask(self, query, previous_mask=None):
+        # The output is aligned with the queries: it keeps the query mask.
+        return previous_mask
+
+    def compute_output_shape(self, query_shape, value_shape, key_shape=None):
+        return tuple(query_shape[:-1]) + (self.d_model,)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "num_heads": self.num_heads,
+                "d_model": self.d_model,
+                "dropout": self.dropout,
+                "use_bias": self.use_bias,
+                "kernel_initializer": keras.initializers.serialize(
+                    self.kernel_initializer
+                ),
+                "bias_initializer": keras.initializers.serialize(
+                    self.bias_initializer
+                ),
+            }
+        )
+        return config

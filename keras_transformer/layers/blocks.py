@@ -1,0 +1,357 @@
+"""Encoder and decoder layers (paper §3.1, Figure 1)."""
+
+import keras
+from keras import ops
+
+from keras_transformer import _checks
+from keras_transformer.layers.attention import MultiHeadAttention, _validate_rate
+
+
+class _Block(keras.layers.Layer):
+    """Shared arguments, sub-layer factories and config of the two blocks."""
+
+    def __init__(
+        self,
+        d_model,
+        num_heads,
+        d_ff,
+        dropout=0.1,
+        attention_dropout=0.0,
+        norm_first=False,
+        activation="relu",
+        layer_norm_epsilon=1e-6,
+        kernel_initializer="glorot_uniform",
+        bias_initializer="zeros",
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        for name, value in (("d_model", d_model), ("num_heads", num_heads), ("d_ff", d_ff)):
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(
+                    f"{name} must be a positive integer. Received: {name}={value}"
+                )
+        if d_model % num_heads:
+            raise ValueError(
+                "d_model must be divisible by num_heads. "
+                f"Received: num_heads={num_heads}, d_model={d_model}"
+            )
+        self.d_model = d_model
+        self.num_heads = num_heads
+        self.d_ff = d_ff
+        self.dropout = _validate_rate("dropout", dropout)
+        self.attention_dropout = _validate_rate("attention_dropout", attention_dropout)
+        self.norm_first = bool(norm_first)
+        self.activation = keras.activations.get(activation)
+        self.layer_norm_epsilon = layer_norm_epsilon
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.bias_initializer = keras.initializers.get(bias_initializer)
+        self.supports_masking = True
+
+    def _initializers(self):
+        # Fresh initializer objects per sub-layer, so they draw different values.
+        return {
+            "kernel_initializer": keras.initializers.get(
+                keras.initializers.serialize(self.kernel_initializer)
+            ),
+            "bias_initializer": keras.initializers.get(
+                keras.initializers.serialize(self.bias_initializer)
+            ),
+        }
+
+    def _check_width(self, shape, name):
+        if shape[-1] != self.d_model:
+            raise ValueError(
+                f"The last axis of {name} must equal d_model={self.d_model} "
+                f"(the residual connections add it to the sub-layer outputs). "
+                f"Received: {name} shape={tuple(shape)}"
+            )
+
+    def _attention(self, name, shape, value_shape):
+        layer = MultiHeadAttention(
+            self.num_heads,
+            self.d_model,
+            dropout=self.attention_dropout,
+            dtype=self.dtype_policy,
+            name=name,
+            **self._initializers(),
+        )
+        layer.build(shape, value_shape)
+        return layer
+
+    def _norm(self, name, shape):
+        layer = keras.layers.LayerNormalization(
+            epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name=name
+        )
+        layer.build(shape)
+        return layer
+
+    def _dropout(self, name):
+        return keras.layers.Dropout(self.dropout, dtype=self.dtype_policy, name=name)
+
+    def _build_feed_forward(self, shape):
+        # §3.3: FFN(x) = max(0, x W1 + b1) W2 + b2, inner width d_ff.
+        self.ffn_inner = keras.layers.Dense(
+            self.d_ff,
+            activation=self.activation,
+            dtype=self.dtype_policy,
+            name="ffn_inner",
+            **self._initializers(),
+        )
+        self.ffn_inner.build(shape)
+        self.ffn_outer = keras.layers.Dense(
+            self.d_model, dtype=self.dtype_policy, name="ffn_outer", **self._initializers()
+        )
+        self.ffn_outer.build(tuple(shape[:-1]) + (self.d_ff,))
+        self.ffn_dropout = self._dropout("ffn_dropout")
+        self.ffn_norm = self._norm("ffn_norm", shape)
+
+    def _sublayer(self, x, norm, dropout, fn, training):
+        """§3.1 and §5.4: LayerNorm(x + Dropout(Sublayer(x))), or pre-LN."""
+        residual = x
+        if self.norm_first:
+            x = norm(x)
+        x = dropout(fn(x), training=training)
+        x = ops.add(residual, x)
+        if not self.norm_first:
+            x = norm(x)
+        return x
+
+    def _feed_forward(self, x, training):
+        return self._sublayer(
+            x,
+            self.ffn_norm,
+            self.ffn_dropout,
+            lambda y: self.ffn_outer(self.ffn_inner(y)),
+            training,
+        )
+
+    def compute_output_shape(self, input_shape, *args, **kwargs):
+        return input_shape
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "d_model": self.d_model,
+                "num_heads": self.num_heads,
+                "d_ff": self.d_ff,
+                "dropout": self.dropout,
+                "attention_dropout": self.attention_dropout,
+                "norm_first": self.norm_first,
+                "activation": keras.activations.serialize(self.activation),
+                "layer_norm_epsilon": self.layer_norm_epsilon,
+                "kernel_initializer": keras.initializers.serialize(
+                    self.kernel_initializer
+                ),
+                "bias_initializer": keras.initializers.serialize(
+                    self.bias_initializer
+                ),
+            }
+        )
+        return config
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class EncoderBlock(_Block):
+    """One encoder layer: self-attention, then a feed-forward network (§3.1).
+
+    Each sub-layer is wrapped as ``LayerNorm(x + Dropout(Sublayer(x)))``
+    (post-LN, the paper's form); with ``norm_first=True`` it is
+    ``x + Dropout(Sublayer(LayerNorm(x)))`` (pre-LN; a stack of pre-LN blocks
+    needs a final LayerNorm, which ``build_model`` adds).
+
+    Args:
+        d_model: int, width of the residual stream.
+        num_heads: int, attention heads; must divide ``d_model``.
+        d_ff: int, inner width of the feed-forward network.
+        dropout: float, residual dropout on each sub-layer output (§5.4).
+        attention_dropout: float, dropout on attention weights (default 0).
+        norm_first: bool, pre-LN instead of the paper's post-LN.
+        activation: feed-forward activation, ``"relu"`` in the paper.
+        layer_norm_epsilon: float.
+        kernel_initializer, bias_initializer: for all dense sub-layers.
+        **kwargs: base layer arguments.
+
+    Call arguments:
+        inputs: ``(B, T, d_model)``.
+        mask: optional ``(B, T)`` padding mask, True for real tokens; taken
+            from the input's Keras mask when not given, and passed on.
+        attention_mask: optional extra mask broadcastable to ``(B, T, T)``.
+        return_attention_scores: bool, also return the self-attention weights
+            ``(B, num_heads, T, T)``.
+        training: Python bool.
+
+    Example:
+
+    >>> block = EncoderBlock(d_model=64, num_heads=4, d_ff=256)
+    >>> block(keras.random.normal((2, 7, 64))).shape
+    (2, 7, 64)
+
+    References:
+        Vaswani et al., "Attention Is All You Need", 2017, §3.1, §3.3, §5.4.
+    """
+
+    def build(self, input_shape):
+        self._check_width(input_shape, "inputs")
+        self.self_attention = self._attention("self_attention", input_shape, input_shape)
+        self.self_attention_dropout = self._dropout("self_attention_dropout")
+        self.self_attention_norm = self._norm("self_attention_norm", input_shape)
+        self._build_feed_forward(input_shape)
+        self.built = True
+
+    def call(
+        self,
+        inputs,
+        mask=None,
+        attention_mask=None,
+        return_attention_scores=False,
+        training=None,
+    ):
+        scores = []
+
+        # Sub-layer 1: multi-head self-attention over the source (§3.2.3).
+        def attend(x):
+            out = self.self_attention(
+                x,
+                x,
+                query_mask=mask,
+                value_mask=mask,
+                attention_mask=attention_mask,
+                return_attention_scores=return_attention_scores,
+                training=training,
+            )
+            if return_attention_scores:
+                out, weights = out
+                scores.append(weights)
+            return out
+
+        x = self._sublayer(
+            inputs, self.self_attention_norm, self.self_attention_dropout, attend, training
+        )
+
+        # Sub-layer 2: position-wise feed-forward network (§3.3).
+        x = self._feed_forward(x, training)
+        return (x, scores[0]) if return_attention_scores else x
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class DecoderBlock(_Block):
+    """One decoder layer: masked self-attention, cross-attention, feed-forward (§3.1).
+
+    The cross-attention takes its queries from the decoder and its keys and
+    values from the encoder output, masked with the *encoder's* padding mask
+    (§3.2.3).
+
+    Args: as for ``EncoderBlock``.
+
+    Call arguments:
+        decoder_sequence: ``(B, T, d_model)``.
+        encoder_sequence: ``(B, S, d_model)``, the encoder output.
+        decoder_sequence_mask: optional ``(B, T)`` padding mask of the
+            decoder input; from its Keras mask when not given; passed on.
+        encoder_sequence_mask: optional ``(B, S)`` padding mask of the
+            source; from the encoder output's Keras mask when not given.
+        use_causal_mask: bool, default True: position ``i`` attends only to
+            positions ``<= i`` in the self-attention (§3.2.3).
+        self_attention_mask: optional extra mask for the self-attention,
+            broadcastable to ``(B, T, T)``.
+        cross_attention_mask: optional extra mask for the cross-attention,
+            broadcastable to ``(B, T, S)``.
+        return_attention_scores: bool, also return a tuple
+            ``(self_attention_weights, cross_attention_weights)``.
+        training: Python bool.
+
+    Example:
+
+    >>> block = DecoderBlock(d_model=64, num_heads=4, d_ff=256)
+    >>> x, memory = keras.random.normal((2, 5, 64)), keras.random.normal((2, 7, 64))
+    >>> block(x, memory).shape
+    (2, 5, 64)
+
+    References:
+        Vaswani et al., "Attention Is All You Need", 2017, §3.1, §3.2.3.
+    """
+
+    def build(self, decoder_sequence_shape, encoder_sequence_shape=None):
+        if encoder_sequence_shape is None:
+            raise ValueError("DecoderBlock needs encoder_sequence_shape to build.")
+        self._check_width(decoder_sequence_shape, "decoder_sequence")
+        self._check_width(encoder_sequence_shape, "encoder_sequence")
+        shape = decoder_sequence_shape
+        self.self_attention = self._attention("self_attention", shape, shape)
+        self.self_attention_dropout = self._dropout("self_attention_dropout")
+        self.self_attention_norm = self._norm("self_attention_norm", shape)
+        self.cross_attention = self._attention(
+            "cross_attention", shape, encoder_sequence_shape
+        )
+        self.cross_attention_dropout = self._dropout("cross_attention_dropout")
+        self.cross_attention_norm = self._norm("cross_attention_norm", shape)
+        self._build_feed_forward(shape)
+        self.built = True
+
+    def call(
+        self,
+        decoder_sequence,
+        encoder_sequence,
+        decoder_sequence_mask=None,
+        encoder_sequence_mask=None,
+        use_causal_mask=True,
+        self_attention_mask=None,
+        cross_attention_mask=None,
+        return_attention_scores=False,
+        training=None,
+    ):
+        _checks.check_same_batch(
+            decoder_sequence, encoder_sequence, "decoder_sequence", "encoder_sequence"
+        )
+        scores = []
+
+        def keep_scores(out):
+            if return_attention_scores:
+                out, weights = out
+                scores.append(weights)
+            return out
+
+        # Sub-layer 1: masked multi-head self-attention over the target (§3.2.3).
+        x = self._sublayer(
+            decoder_sequence,
+            self.self_attention_norm,
+            self.self_attention_dropout,
+            lambda y: keep_scores(
+                self.self_attention(
+                    y,
+                    y,
+                    query_mask=decoder_sequence_mask,
+                    value_mask=decoder_sequence_mask,
+                    attention_mask=self_attention_mask,
+                    use_causal_mask=use_causal_mask,
+                    return_attention_scores=return_attention_scores,
+                    training=training,
+                )
+            ),
+            training,
+        )
+
+        # Sub-layer 2: cross-attention, queries from the decoder, keys and
+        # values from the encoder, masked by the encoder's padding (§3.2.3).
+        x = self._sublayer(
+            x,
+            self.cross_attention_norm,
+            self.cross_attention_dropout,
+            lambda y: keep_scores(
+                self.cross_attention(
+                    y,
+                    encoder_sequence,
+                    query_mask=decoder_sequence_mask,
+                    value_mask=encoder_sequence_mask,
+                    attention_mask=cross_attention_mask,
+                    return_attention_scores=return_attention_scores,
+                    training=training,
+                )
+            ),
+            training,
+        )
+
+        # Sub-layer 3: position-wise feed-forward network (§3.3).
+        x = self._feed_forward(x, training)
+        return (x, tuple(scores)) if return_attention_scores else x

@@ -1,0 +1,115 @@
+"""Token embedding shared by source, target and the pre-softmax projection (§3.4)."""
+
+import math
+
+import keras
+from keras import ops
+
+from keras_transformer import _checks
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class TokenEmbedding(keras.layers.Layer):
+    """Learned token embedding, scaled by √d_model, usable as the output projection.
+
+    §3.4: "we share the same weight matrix between the two embedding layers and
+    the pre-softmax linear transformation ... In the embedding layers, we
+    multiply those weights by √d_model." Called on ids it embeds; called with
+    ``reverse=True`` on ``(B, T, d_model)`` it returns logits ``x Eᵀ`` (no bias,
+    no scaling) in float32.
+
+    The default initializer is ``N(0, d_model^-1/2)``, so that the scaled
+    embeddings have unit variance, the same scale as the positional encoding.
+
+    Token id 0 is padding: the layer emits a Keras mask ``ids != 0``. Ids
+    outside ``[0, vocab_size)`` and non-integer ids raise errors (the JAX
+    backend would otherwise return NaN for them).
+
+    Args:
+        vocab_size: int, number of token ids.
+        d_model: int, embedding width.
+        scale: bool, multiply by √d_model (default True, as in the paper).
+        embeddings_initializer: initializer for the ``(vocab_size, d_model)``
+            matrix.
+        **kwargs: base layer arguments.
+
+    Call arguments:
+        inputs: integer ids ``(B, T)``, or ``(B, T, d_model)`` with ``reverse``.
+        reverse: bool, project to vocabulary logits instead of embedding.
+    """
+
+    def __init__(
+        self, vocab_size, d_model, scale=True, embeddings_initializer=None, **kwargs
+    ):
+        super().__init__(**kwargs)
+        for name, value in (("vocab_size", vocab_size), ("d_model", d_model)):
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(
+                    f"{name} must be a positive integer. Received: {name}={value}"
+                )
+        self.vocab_size = vocab_size
+        self.d_model = d_model
+        self.scale = bool(scale)
+        if embeddings_initializer is None:
+            embeddings_initializer = keras.initializers.RandomNormal(
+                stddev=d_model**-0.5
+            )
+        self.embeddings_initializer = keras.initializers.get(embeddings_initializer)
+        self.supports_masking = True
+
+    def build(self, input_shape=None):
+        self.embeddings = self.add_weight(
+            shape=(self.vocab_size, self.d_model),
+            initializer=self.embeddings_initializer,
+            name="embeddings",
+        )
+        self.built = True
+
+    def call(self, inputs, reverse=False):
+        if reverse:
+            # Pre-softmax linear transformation with the shared matrix (§3.4).
+            kernel = ops.cast(self.embeddings, self.compute_dtype)
+            logits = ops.matmul(inputs, ops.transpose(kernel))
+            return ops.cast(logits, "float32")
+        _checks.check_integer(inputs, f"Inputs to {self.name!r}")
+        inputs = _checks.check_range(
+            inputs,
+            0,
+            self.vocab_size,
+            f"Token ids must be in [0, {self.vocab_size}) for {self.name!r} "
+            f"(vocab_size={self.vocab_size}). Received ids from {{lo}} to {{hi}}.",
+        )
+        x = ops.take(self.embeddings, inputs, axis=0)
+        x = ops.cast(x, self.compute_dtype)
+        if self.scale:
+            x = x * ops.cast(math.sqrt(self.d_model), self.compute_dtype)
+        return x
+
+    def compute_mask(self, inputs, previous_mask=None):
+        if "int" in keras.backend.standardize_dtype(inputs.dtype):
+            return ops.not_equal(inputs, 0)
+        return previous_mask  # reverse mode: keep the decoder's mask
+
+    def compute_output_shape(self, input_shape, reverse=False):
+        if reverse:
+            return tuple(input_shape[:-1]) + (self.vocab_size,)
+        return tuple(input_shape) + (self.d_model,)
+
+    def compute_output_spec(self, inputs, reverse=False):
+        shape = self.compute_output_shape(inputs.shape, reverse=reverse)
+        dtype = "float32" if reverse else self.compute_dtype
+        return keras.KerasTensor(shape, dtype=dtype)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "vocab_size": self.vocab_size,
+                "d_model": self.d_model,
+                "scale": self.scale,
+                "embeddings_initializer": keras.initializers.serialize(
+                    self.embeddings_initializer
+                ),
+            }
+        )
+        return config
