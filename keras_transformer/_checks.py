@@ -60,9 +60,9 @@ def check_range(x, low, high, message):
         import tensorflow as tf
 
         ok = tf.logical_and(lo >= low, hi < high)
-        text = message.format(lo="%s", hi="%s").split("%s")
-        # tf.debugging.Assert prints its data items after the message.
-        check = tf.debugging.Assert(ok, [text[0], lo, text[1], hi, text[2]])
+        check = tf.debugging.Assert(
+            ok, [message.format(lo="?", hi="?"), "lowest:", lo, "highest:", hi]
+        )
         with tf.control_dependencies([check]):
             return tf.identity(x)
     if backend == "jax":

@@ -3,6 +3,7 @@
 import dataclasses
 
 import keras
+import numpy as np
 
 from keras_transformer.layers.blocks import DecoderBlock, EncoderBlock
 from keras_transformer.layers.embedding import TokenEmbedding
@@ -36,6 +37,125 @@ CONFIGS = {
         num_layers=2, d_model=128, num_heads=4, d_ff=256, dropout=0.1, max_length=128
     ),
 }
+
+
+INPUT_NAMES = ("encoder_inputs", "decoder_inputs")
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class Transformer(keras.Model):
+    """The functional encoder-decoder built by ``build_model``.
+
+    A plain functional model, plus input checks that give the same clear error
+    on every backend before any work starts: token ids must be integers inside
+    the vocabulary, no longer than ``max_length``, and the two inputs (and the
+    targets) must have the same number of rows. Checks run on the eager call
+    and on NumPy data given to ``fit``, ``evaluate`` and ``predict``; inside
+    compiled steps fed by datasets the layers' own checks apply.
+    """
+
+    def _limits(self):
+        """{input name: (vocab_size, max_length)} read off the layers."""
+        names = {layer.name for layer in self.layers}
+        limits = {}
+        for name, prefix, own in (
+            ("encoder_inputs", "encoder", "source_embedding"),
+            ("decoder_inputs", "decoder", "target_embedding"),
+        ):
+            embedding = self.get_layer(own if own in names else "shared_embedding")
+            position = self.get_layer(f"{prefix}_position")
+            limits[name] = (embedding.vocab_size, position.max_length)
+        return limits
+
+    def validate_inputs(self, x, y=None):
+        """Raise ``TypeError``/``ValueError`` for malformed token-id inputs."""
+        if not isinstance(x, dict):
+            return
+        missing = [name for name in INPUT_NAMES if name not in x]
+        if missing:
+            raise ValueError(
+                f"Missing model inputs {missing}. Expected a dict with keys "
+                f"{list(INPUT_NAMES)}. Received keys: {sorted(x)}"
+            )
+        arrays = {}
+        for name in INPUT_NAMES:
+            value = x[name]
+            if not hasattr(value, "shape") or not hasattr(value, "dtype"):
+                if isinstance(value, (list, tuple)):
+                    value = np.asarray(value)
+                else:
+                    continue
+            if keras.KerasTensor in type(value).__mro__ or _is_traced(value):
+                return
+            arrays[name] = value
+        if y is not None and hasattr(y, "shape"):
+            arrays["targets"] = y
+        for name, value in arrays.items():
+            dtype = keras.backend.standardize_dtype(value.dtype)
+            if name != "targets" and "int" not in dtype:
+                raise TypeError(
+                    f"{name} must hold integer token ids. Received dtype={dtype}. "
+                    "Convert the ids with `numpy.asarray(ids, dtype='int32')` first."
+                )
+            if len(value.shape) != 2:
+                raise ValueError(
+                    f"{name} must have shape (batch, length). "
+                    f"Received: {name}.shape={tuple(value.shape)}"
+                )
+        rows = {name: int(value.shape[0]) for name, value in arrays.items()}
+        if len(set(rows.values())) > 1:
+            raise ValueError(
+                "All inputs (and targets) must have the same number of rows "
+                f"(batch size). Received: {rows}"
+            )
+        for name, (vocab_size, max_length) in self._limits().items():
+            if name not in arrays:
+                continue
+            ids = arrays[name]
+            if max_length is not None and ids.shape[1] > max_length:
+                raise ValueError(
+                    f"{name} is longer than the model's max_length={max_length}. "
+                    f"Received: {name}.shape={tuple(ids.shape)}"
+                )
+            # Ranges of backend tensors are checked by the embedding layers,
+            # without a copy to the host here.
+            if not isinstance(ids, np.ndarray):
+                continue
+            if ids.size and (ids.min() < 0 or ids.max() >= vocab_size):
+                raise ValueError(
+                    f"Token ids in {name} must be in [0, {vocab_size}) "
+                    f"(vocab_size={vocab_size}). Received ids from {ids.min()} "
+                    f"to {ids.max()}."
+                )
+
+    def __call__(self, inputs, *args, **kwargs):
+        self.validate_inputs(inputs)
+        return super().__call__(inputs, *args, **kwargs)
+
+    def fit(self, x=None, y=None, *args, **kwargs):
+        self.validate_inputs(x, y)
+        return super().fit(x, y, *args, **kwargs)
+
+    def evaluate(self, x=None, y=None, *args, **kwargs):
+        self.validate_inputs(x, y)
+        return super().evaluate(x, y, *args, **kwargs)
+
+    def predict(self, x, *args, **kwargs):
+        self.validate_inputs(x)
+        return super().predict(x, *args, **kwargs)
+
+
+def _is_traced(value):
+    backend = keras.backend.backend()
+    if backend == "jax":
+        import jax
+
+        return isinstance(value, jax.core.Tracer)
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        return isinstance(value, tf.Tensor) and not tf.executing_eagerly()
+    return False
 
 
 def get_config(config=None, **overrides):
@@ -165,7 +285,7 @@ def build_model(
     # Pre-softmax projection with the (shared) target embedding, float32 out.
     logits = tgt_embedding(y, reverse=True)
 
-    return keras.Model(
+    return Transformer(
         inputs={"encoder_inputs": encoder_inputs, "decoder_inputs": decoder_inputs},
         outputs=logits,
         name=name,

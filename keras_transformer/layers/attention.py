@@ -15,6 +15,18 @@ from keras_transformer.layers import masks as masks_lib
 _FLOAT32_MASK_FILL = -0.7 * float(3.4028235e38)
 
 
+def _fused_kernel_fails(dtype):
+    """Known gap: under `jax.jit` on the CPU, Keras' fused attention asks XLA
+    for a float16 x float16 -> float32 dot, which XLA:CPU rejects ("precision
+    'F16_F16_F32' is not supported by dot_general on CPU"; Keras 3.15.1, JAX
+    0.10.2). The explicit path computes the same function."""
+    if keras.backend.backend() != "jax" or keras.backend.standardize_dtype(dtype) != "float16":
+        return False
+    import jax
+
+    return jax.default_backend() == "cpu"
+
+
 def _validate_rate(name, value):
     if not 0.0 <= value < 1.0:
         raise ValueError(f"{name} must be in [0, 1). Received: {name}={value}")
@@ -157,7 +169,7 @@ class ScaledDotProductAttention(keras.layers.Layer):
             q_len_t, k_len_t = ops.shape(query)[1], ops.shape(key)[1]
             mask = masks_lib.merge_masks(mask, masks_lib.causal_mask(q_len_t, k_len_t))
 
-        if not return_attention_scores and not dropout_active:
+        if not (return_attention_scores or dropout_active or _fused_kernel_fails(query.dtype)):
             return ops.dot_product_attention(
                 query, key, value, mask=mask, scale=scale, is_causal=fused_causal
             )
