@@ -15,12 +15,20 @@ from keras_transformer.layers import masks as masks_lib
 _FLOAT32_MASK_FILL = -0.7 * float(3.4028235e38)
 
 
-def _fused_kernel_fails(dtype):
-    """Known gap: under `jax.jit` on the CPU, Keras' fused attention asks XLA
-    for a float16 x float16 -> float32 dot, which XLA:CPU rejects ("precision
-    'F16_F16_F32' is not supported by dot_general on CPU"; Keras 3.15.1, JAX
-    0.10.2). The explicit path computes the same function."""
-    if keras.backend.backend() != "jax" or keras.backend.standardize_dtype(dtype) != "float16":
+def _fused_kernel_fails(dtype, d_k, d_v):
+    """Cases where `keras.ops.dot_product_attention` fails on the JAX backend
+    (Keras 3.15.1, JAX 0.10.2), so the explicit path must compute them:
+
+    - d_v != d_k: it reshapes the output to the query's shape and raises;
+    - float16 under `jax.jit` on the CPU: it asks XLA for a float16 x float16
+      -> float32 dot, which XLA:CPU rejects ("precision 'F16_F16_F32' is not
+      supported by dot_general on CPU").
+    """
+    if keras.backend.backend() != "jax":
+        return False
+    if d_k != d_v:
+        return True
+    if keras.backend.standardize_dtype(dtype) != "float16":
         return False
     import jax
 
@@ -93,53 +101,49 @@ class ScaledDotProductAttention(keras.layers.Layer):
         training=None,
     ):
         rank = len(query.shape)
-        if rank < 2 or len(key.shape) != rank or len(value.shape) != rank:
+        if not 2 <= rank <= 4 or len(key.shape) != rank or len(value.shape) != rank:
             raise ValueError(
-                "query, key and value must have the same rank, at least 2. "
+                "query, key and value must have the same rank, 2 to 4: "
+                "(T, d), (B, T, d) or (B, H, T, d). "
                 f"Received: query.shape={query.shape}, key.shape={key.shape}, "
                 f"value.shape={value.shape}"
             )
-        # (..., T, d) -> (B, T, H, d), the layout of keras.ops.dot_product_attention.
+        # Bring everything to (B, T, H, d), the layout of
+        # keras.ops.dot_product_attention, and the mask to rank 4.
         if rank == 4:  # (B, H, T, d)
-            to_bthd = [ops.transpose(t, (0, 2, 1, 3)) for t in (query, key, value)]
-            batch_shape = None
-        else:
-            batch_shape = ops.shape(query)[:-2]
-            to_bthd = [
-                ops.expand_dims(ops.reshape(t, (-1,) + tuple(ops.shape(t)[-2:])), 2)
-                for t in (query, key, value)
-            ]  # (B', T, 1, d)
+            query, key, value = (ops.transpose(t, (0, 2, 1, 3)) for t in (query, key, value))
+        elif rank == 3:  # (B, T, d) -> (B, T, 1, d)
+            query, key, value = (ops.expand_dims(t, 2) for t in (query, key, value))
+        else:  # (T, d) -> (1, T, 1, d)
+            query, key, value = (t[None, :, None, :] for t in (query, key, value))
         if mask is not None:
             mask = ops.cast(mask, "bool")
-            if rank == 4:
-                while len(mask.shape) < 4:
-                    mask = ops.expand_dims(mask, 0)
-            elif len(mask.shape) <= 2:
-                mask = ops.reshape(mask, (1, 1) + tuple(ops.shape(mask)))
-            else:
-                full = tuple(batch_shape) + tuple(ops.shape(mask)[-2:])
-                mask = ops.broadcast_to(mask, full)
-                mask = ops.expand_dims(ops.reshape(mask, (-1,) + full[-2:]), 1)
+            while len(mask.shape) < 4:
+                # (T_q, T_k) -> (1, T_q, T_k); (B, T_q, T_k) -> (B, 1, T_q, T_k)
+                mask = ops.expand_dims(mask, 0 if len(mask.shape) < 3 else 1)
         outputs = self.attend(
-            *to_bthd,
+            query,
+            key,
+            value,
             mask=mask,
             is_causal=is_causal,
             return_attention_scores=return_attention_scores,
             training=training,
         )
         output, weights = outputs if return_attention_scores else (outputs, None)
-        # (B, T_q, H, d_v) -> input layout.
+        # (B, T_q, H, d_v) -> the input layout; weights (B, H, T_q, T_k) likewise.
         if rank == 4:
             output = ops.transpose(output, (0, 2, 1, 3))
+        elif rank == 3:
+            output = ops.squeeze(output, 2)
+            weights = None if weights is None else ops.squeeze(weights, 1)
         else:
-            output = ops.reshape(
-                output, tuple(batch_shape) + tuple(ops.shape(output)[1:2]) + (-1,)
-            )
-            if weights is not None:
-                weights = ops.reshape(
-                    weights, tuple(batch_shape) + tuple(ops.shape(weights)[-2:])
-                )
+            output = output[0, :, 0, :]
+            weights = None if weights is None else weights[0, 0]
         return (output, weights) if return_attention_scores else output
+
+    def compute_output_shape(self, query_shape, key_shape, value_shape, *args, **kwargs):
+        return tuple(query_shape[:-1]) + (value_shape[-1],)
 
     def attend(
         self,
@@ -169,7 +173,11 @@ class ScaledDotProductAttention(keras.layers.Layer):
             q_len_t, k_len_t = ops.shape(query)[1], ops.shape(key)[1]
             mask = masks_lib.merge_masks(mask, masks_lib.causal_mask(q_len_t, k_len_t))
 
-        if not (return_attention_scores or dropout_active or _fused_kernel_fails(query.dtype)):
+        if not (
+            return_attention_scores
+            or dropout_active
+            or _fused_kernel_fails(query.dtype, query.shape[-1], value.shape[-1])
+        ):
             return ops.dot_product_attention(
                 query, key, value, mask=mask, scale=scale, is_causal=fused_causal
             )

@@ -1,0 +1,1 @@
+"""Training and evaluation scripts (run as ``python -m training.<name>``)."""
