@@ -101,6 +101,3 @@ def check_same_batch(a, b, a_name, b_name):
             f"Received: {a_name}.shape={tuple(a.shape)}, "
             f"{b_name}.shape={tuple(b.shape)}"
         )
-
-
-

@@ -276,7 +276,9 @@ def build_model(
     # under the encoder's padding mask.
     y = embed(tgt_embedding, decoder_inputs, "decoder")
     for i in range(cfg.num_layers):
-        y = DecoderBlock(**block_args, **common(f"decoder_block_{i}"))(y, encoder_outputs)
+        y = DecoderBlock(**block_args, **common(f"decoder_block_{i}"))(
+            y, encoder_outputs
+        )
     if cfg.norm_first:
         y = keras.layers.LayerNormalization(
             epsilon=cfg.layer_norm_epsilon, **common("decoder_norm")

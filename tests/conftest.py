@@ -1,4 +1,4 @@
-"""Shared fixtures. The suite runs once per backend: KERAS_BACKEND=tensorflow|jax|torch."""
+"""Shared fixtures. The suite runs once per backend (KERAS_BACKEND)."""
 
 import os
 

@@ -96,13 +96,13 @@ def main(argv=None):
     print(f"saved and reloaded {path}")
 
     decoded = greedy_decode(reloaded, test_src, max_digits + 1)
-    hits = [strip(p) == strip(t[1:]) for p, t in zip(decoded, test_tgt)]
+    hits = [strip(p) == strip(t[1:]) for p, t in zip(decoded, test_tgt, strict=True)]
     print(f"exact match on {len(hits)} held-out strings: {np.mean(hits):.1%}")
 
     def text(ids):
         return "".join(str(i - 3) for i in ids if i >= 3)
 
-    for src, pred in zip(test_src[:5], decoded[:5]):
+    for src, pred in zip(test_src[:5], decoded[:5], strict=True):
         print(f"  {text(src):>8} -> {text(strip(pred))}")
 
 

@@ -12,7 +12,7 @@ from keras_transformer.layers import masks as masks_lib
 # float16, whose largest magnitude is 65504). A finite fill keeps rows that are
 # entirely masked finite: they become a uniform average, as in every Keras
 # backend's fused kernel.
-_FLOAT32_MASK_FILL = -0.7 * float(3.4028235e38)
+_FLOAT32_MASK_FILL = -0.7 * 3.4028235e38
 
 
 def _fused_kernel_fails(dtype, d_k, d_v):
@@ -111,7 +111,9 @@ class ScaledDotProductAttention(keras.layers.Layer):
         # Bring everything to (B, T, H, d), the layout of
         # keras.ops.dot_product_attention, and the mask to rank 4.
         if rank == 4:  # (B, H, T, d)
-            query, key, value = (ops.transpose(t, (0, 2, 1, 3)) for t in (query, key, value))
+            query, key, value = (
+                ops.transpose(t, (0, 2, 1, 3)) for t in (query, key, value)
+            )
         elif rank == 3:  # (B, T, d) -> (B, T, 1, d)
             query, key, value = (ops.expand_dims(t, 2) for t in (query, key, value))
         else:  # (T, d) -> (1, T, 1, d)
@@ -142,7 +144,9 @@ class ScaledDotProductAttention(keras.layers.Layer):
             weights = None if weights is None else weights[0, 0]
         return (output, weights) if return_attention_scores else output
 
-    def compute_output_shape(self, query_shape, key_shape, value_shape, *args, **kwargs):
+    def compute_output_shape(
+        self, query_shape, key_shape, value_shape, *args, **kwargs
+    ):
         return tuple(query_shape[:-1]) + (value_shape[-1],)
 
     def attend(
@@ -155,7 +159,7 @@ class ScaledDotProductAttention(keras.layers.Layer):
         return_attention_scores=False,
         training=None,
     ):
-        """Attention on heads-last tensors: ``(B, T, H, d)`` in, ``(B, T_q, H, d_v)`` out.
+        """Attention on heads-last tensors: ``(B, T, H, d)`` -> ``(B, T_q, H, d_v)``.
 
         ``mask`` is broadcastable to ``(B, H, T_q, T_k)``. Weights, if asked
         for, are ``(B, H, T_q, T_k)``. This is the layout ``MultiHeadAttention``
@@ -168,7 +172,9 @@ class ScaledDotProductAttention(keras.layers.Layer):
 
         # A bare is_causal keeps the fused kernels' own causal path; it means
         # top-left alignment there, which equals ours only when T_q == T_k.
-        fused_causal = is_causal and mask is None and q_len is not None and q_len == k_len
+        fused_causal = (
+            is_causal and mask is None and q_len is not None and q_len == k_len
+        )
         if is_causal and not fused_causal:
             q_len_t, k_len_t = ops.shape(query)[1], ops.shape(key)[1]
             mask = masks_lib.merge_masks(mask, masks_lib.causal_mask(q_len_t, k_len_t))
@@ -185,7 +191,9 @@ class ScaledDotProductAttention(keras.layers.Layer):
         if fused_causal:
             mask = masks_lib.causal_mask(ops.shape(query)[1], ops.shape(key)[1])
         # Scale the queries before the product so that float16 logits stay small.
-        logits = ops.einsum("bqhd,bkhd->bhqk", query * ops.cast(scale, query.dtype), key)
+        logits = ops.einsum(
+            "bqhd,bkhd->bhqk", query * ops.cast(scale, query.dtype), key
+        )
         logits = ops.cast(logits, "float32")
         if mask is not None:
             logits = ops.where(mask, logits, _FLOAT32_MASK_FILL)
@@ -376,9 +384,7 @@ class MultiHeadAttention(keras.layers.Layer):
                 "kernel_initializer": keras.initializers.serialize(
                     self.kernel_initializer
                 ),
-                "bias_initializer": keras.initializers.serialize(
-                    self.bias_initializer
-                ),
+                "bias_initializer": keras.initializers.serialize(self.bias_initializer),
             }
         )
         return config

@@ -25,7 +25,11 @@ class _Block(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        for name, value in (("d_model", d_model), ("num_heads", num_heads), ("d_ff", d_ff)):
+        for name, value in (
+            ("d_model", d_model),
+            ("num_heads", num_heads),
+            ("d_ff", d_ff),
+        ):
             if not isinstance(value, int) or value < 1:
                 raise ValueError(
                     f"{name} must be a positive integer. Received: {name}={value}"
@@ -99,7 +103,10 @@ class _Block(keras.layers.Layer):
         )
         self.ffn_inner.build(shape)
         self.ffn_outer = keras.layers.Dense(
-            self.d_model, dtype=self.dtype_policy, name="ffn_outer", **self._initializers()
+            self.d_model,
+            dtype=self.dtype_policy,
+            name="ffn_outer",
+            **self._initializers(),
         )
         self.ffn_outer.build(tuple(shape[:-1]) + (self.d_ff,))
         self.ffn_dropout = self._dropout("ffn_dropout")
@@ -143,9 +150,7 @@ class _Block(keras.layers.Layer):
                 "kernel_initializer": keras.initializers.serialize(
                     self.kernel_initializer
                 ),
-                "bias_initializer": keras.initializers.serialize(
-                    self.bias_initializer
-                ),
+                "bias_initializer": keras.initializers.serialize(self.bias_initializer),
             }
         )
         return config
@@ -193,7 +198,9 @@ class EncoderBlock(_Block):
 
     def build(self, input_shape):
         self._check_width(input_shape, "inputs")
-        self.self_attention = self._attention("self_attention", input_shape, input_shape)
+        self.self_attention = self._attention(
+            "self_attention", input_shape, input_shape
+        )
         self.self_attention_dropout = self._dropout("self_attention_dropout")
         self.self_attention_norm = self._norm("self_attention_norm", input_shape)
         self._build_feed_forward(input_shape)
@@ -226,7 +233,11 @@ class EncoderBlock(_Block):
             return out
 
         x = self._sublayer(
-            inputs, self.self_attention_norm, self.self_attention_dropout, attend, training
+            inputs,
+            self.self_attention_norm,
+            self.self_attention_dropout,
+            attend,
+            training,
         )
 
         # Sub-layer 2: position-wise feed-forward network (§3.3).

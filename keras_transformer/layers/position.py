@@ -53,9 +53,12 @@ class SinusoidalEncoding(keras.layers.Layer):
 
     def __init__(self, max_length=None, base=10000.0, **kwargs):
         super().__init__(**kwargs)
-        if max_length is not None and (not isinstance(max_length, int) or max_length < 1):
+        if max_length is not None and (
+            not isinstance(max_length, int) or max_length < 1
+        ):
             raise ValueError(
-                f"max_length must be a positive integer or None. Received: max_length={max_length}"
+                "max_length must be a positive integer or None. "
+                f"Received: max_length={max_length}"
             )
         self.max_length = max_length
         self.base = float(base)
@@ -66,10 +69,16 @@ class SinusoidalEncoding(keras.layers.Layer):
         length = _checks.static_dim(inputs, -2)
         if self.max_length is not None:
             start = start_index if isinstance(start_index, int) else None
-            if length is not None and start is not None and start + length > self.max_length:
+            if (
+                length is not None
+                and start is not None
+                and start + length > self.max_length
+            ):
                 raise ValueError(
-                    f"Sequence too long for this model: positions {start}..{start + length - 1} "
-                    f"requested, max_length={self.max_length}. Received: inputs.shape={tuple(inputs.shape)}"
+                    "Sequence too long for this model: positions "
+                    f"{start}..{start + length - 1} requested, "
+                    f"max_length={self.max_length}. "
+                    f"Received: inputs.shape={tuple(inputs.shape)}"
                 )
             if length is None or start is None:
                 last = ops.shape(inputs)[-2] + start_index
@@ -77,8 +86,8 @@ class SinusoidalEncoding(keras.layers.Layer):
                     ops.reshape(last, (1,)),
                     1,
                     self.max_length + 1,
-                    "Sequence too long for this model: it ends at position {hi} (1-based), "
-                    f"max_length={self.max_length}.",
+                    "Sequence too long for this model: it ends at position {hi} "
+                    f"(1-based), max_length={self.max_length}.",
                 )
         positions = ops.arange(ops.shape(inputs)[-2]) + start_index
         pe = sinusoidal_table(positions, d_model, self.base)
