@@ -89,7 +89,10 @@ def check_integer(x, name):
 def static_dim(x, axis):
     """The size of ``axis`` if known while tracing, else ``None``."""
     dim = x.shape[axis]
-    return None if dim is None else int(dim)
+    try:
+        return None if dim is None else int(dim)
+    except Exception:  # a symbolic dimension (JAX shape polymorphism)
+        return None
 
 
 def check_same_batch(a, b, a_name, b_name):

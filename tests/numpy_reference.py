@@ -278,12 +278,16 @@ def decoder_block(
     """
     y, memory = _f64(y), _f64(memory)
     t, s = y.shape[1], memory.shape[1]
-    self_mask = combine_masks(dec_mask, dec_mask, causal=causal, query_length=t, key_length=t)
+    self_mask = combine_masks(
+        dec_mask, dec_mask, causal=causal, query_length=t, key_length=t
+    )
     cross_mask = combine_masks(dec_mask, enc_mask, query_length=t, key_length=s)
     scores = []
 
     def self_attend(h):
-        out, w = multi_head_attention(h, h, weights["self_attention"], num_heads, self_mask)
+        out, w = multi_head_attention(
+            h, h, weights["self_attention"], num_heads, self_mask
+        )
         scores.append(w)
         return out
 

@@ -342,3 +342,19 @@ def test_mha_layer_checks(rng, tmp_path):
         expected_num_trainable_weights=8,
         tmp_path=tmp_path,
     )
+
+
+def test_symbolic_calls_return_attention_scores():
+    query = keras.Input((4, 8), batch_size=2)
+    value = keras.Input((5, 8), batch_size=2)
+    out, scores = kt.MultiHeadAttention(num_heads=2, d_model=8)(
+        query, value, return_attention_scores=True
+    )
+    assert tuple(out.shape) == (2, 4, 8)
+    assert tuple(scores.shape) == (2, 2, 4, 5)
+    v6 = keras.Input((5, 6), batch_size=2)
+    out, weights = kt.ScaledDotProductAttention()(
+        query, value, v6, return_attention_scores=True
+    )
+    assert tuple(out.shape) == (2, 4, 6)
+    assert tuple(weights.shape) == (2, 4, 5)

@@ -5,6 +5,7 @@ import math
 import keras
 from keras import ops
 
+from keras_transformer import _checks
 from keras_transformer.layers import masks as masks_lib
 
 # Masked logits get this fill before the softmax. The explicit path takes its
@@ -144,11 +145,6 @@ class ScaledDotProductAttention(keras.layers.Layer):
             weights = None if weights is None else weights[0, 0]
         return (output, weights) if return_attention_scores else output
 
-    def compute_output_shape(
-        self, query_shape, key_shape, value_shape, *args, **kwargs
-    ):
-        return tuple(query_shape[:-1]) + (value_shape[-1],)
-
     def attend(
         self,
         query,
@@ -167,7 +163,7 @@ class ScaledDotProductAttention(keras.layers.Layer):
         """
         d_k = query.shape[-1]
         scale = 1.0 / math.sqrt(d_k)
-        q_len, k_len = query.shape[1], key.shape[1]
+        q_len, k_len = _checks.static_dim(query, 1), _checks.static_dim(key, 1)
         dropout_active = self.dropout > 0 and bool(training)
 
         # A bare is_causal keeps the fused kernels' own causal path; it means
@@ -369,9 +365,6 @@ class MultiHeadAttention(keras.layers.Layer):
     def compute_mask(self, query, previous_mask=None):
         # The output is aligned with the queries: it keeps the query mask.
         return previous_mask
-
-    def compute_output_shape(self, query_shape, value_shape, key_shape=None):
-        return tuple(query_shape[:-1]) + (self.d_model,)
 
     def get_config(self):
         config = super().get_config()

@@ -132,9 +132,6 @@ class _Block(keras.layers.Layer):
             training,
         )
 
-    def compute_output_shape(self, input_shape, *args, **kwargs):
-        return input_shape
-
     def get_config(self):
         config = super().get_config()
         config.update(
