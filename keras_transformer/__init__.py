@@ -13,7 +13,15 @@ from keras_transformer.layers import (
     sinusoidal_table,
 )
 from keras_transformer.layers.masks import causal_mask, padding_mask
-from keras_transformer.model import CONFIGS, TransformerConfig, build_model, get_config
+from keras_transformer.losses import LabelSmoothedCrossEntropy, MaskedAccuracy
+from keras_transformer.model import (
+    CONFIGS,
+    Transformer,
+    TransformerConfig,
+    build_model,
+    get_config,
+)
+from keras_transformer.schedules import TransformerSchedule, transformer_optimizer
 
 __version__ = "0.1.0"
 
@@ -21,14 +29,19 @@ __all__ = [
     "CONFIGS",
     "DecoderBlock",
     "EncoderBlock",
+    "LabelSmoothedCrossEntropy",
+    "MaskedAccuracy",
     "MultiHeadAttention",
     "ScaledDotProductAttention",
     "SinusoidalEncoding",
     "TokenEmbedding",
+    "Transformer",
     "TransformerConfig",
+    "TransformerSchedule",
     "build_model",
     "causal_mask",
     "get_config",
     "padding_mask",
     "sinusoidal_table",
+    "transformer_optimizer",
 ]

@@ -1,0 +1,242 @@
+"""The built-in task: English number words to German number words, 0-999,999.
+
+Every number ``n = a · 1000 + b`` with ``a, b < 1000`` is spelled as the
+spelling of ``a``, the word for thousand, and the spelling of ``b``, in both
+languages. The spellings of 0-999 are therefore tabulated once, and larger
+numbers are put together from the tables.
+"""
+
+import numbers
+
+import numpy as np
+
+LIMIT = 1_000_000  # numbers 0 .. LIMIT - 1
+
+_EN_ONES = (
+    "zero one two three four five six seven eight nine ten eleven twelve "
+    "thirteen fourteen fifteen sixteen seventeen eighteen nineteen"
+).split()
+_EN_TENS = "_ _ twenty thirty forty fifty sixty seventy eighty ninety".split()
+
+# "ein" stands for 1 inside a word (einundzwanzig, einhundert, eintausend);
+# "eins" only ends a number (eins, einhunderteins, eintausendeins).
+_DE_ONES = "null ein zwei drei vier fünf sechs sieben acht neun".split()
+_DE_TEENS = (
+    "zehn elf zwölf dreizehn vierzehn fünfzehn sechzehn siebzehn achtzehn neunzehn"
+).split()
+# Irregular: dreißig (not dreizig), sechzig (not sechszig), siebzig (not
+# siebenzig); sechzehn and siebzehn above drop -s and -en the same way.
+_DE_TENS = (
+    "_ _ zwanzig dreißig vierzig fünfzig sechzig siebzig achtzig neunzig"
+).split()
+
+
+def _english_below_1000(n):
+    """English words for 1 <= n <= 999, e.g. ``three hundred forty-two``."""
+    words = []
+    hundreds, rest = divmod(n, 100)
+    if hundreds:
+        words += [_EN_ONES[hundreds], "hundred"]
+    if rest >= 20:
+        tens, ones = divmod(rest, 10)
+        # Compounds 21-99 are hyphenated: forty-two.
+        words.append(_EN_TENS[tens] + (f"-{_EN_ONES[ones]}" if ones else ""))
+    elif rest:
+        words.append(_EN_ONES[rest])
+    return " ".join(words)
+
+
+def _german_below_1000(n, final):
+    """German word for 1 <= n <= 999; ``final`` if nothing follows it.
+
+    ``final`` decides between ``eins`` (end of the number) and ``ein``
+    (before ``tausend``) when the number ends in a lone 1.
+    """
+    hundreds, rest = divmod(n, 100)
+    word = f"{_DE_ONES[hundreds]}hundert" if hundreds else ""
+    if rest == 1:
+        word += "eins" if final else "ein"
+    elif rest < 10:
+        word += _DE_ONES[rest] if rest else ""
+    elif rest < 20:
+        word += _DE_TEENS[rest - 10]
+    else:
+        tens, ones = divmod(rest, 10)
+        # Units before tens, joined by "und": zweiundvierzig.
+        word += (f"{_DE_ONES[ones]}und" if ones else "") + _DE_TENS[tens]
+    return word
+
+
+# Tables for 1..999 (index 0 unused: zero is spelled only on its own).
+_EN = [""] + [_english_below_1000(n) for n in range(1, 1000)]
+_DE_FINAL = [""] + [_german_below_1000(n, final=True) for n in range(1, 1000)]
+_DE_INNER = [""] + [_german_below_1000(n, final=False) for n in range(1, 1000)]
+
+
+def _check_number(n):
+    if isinstance(n, bool) or not isinstance(n, numbers.Integral):
+        raise TypeError(f"n must be an int. Received: n={n!r} ({type(n).__name__})")
+    if not 0 <= n < LIMIT:
+        raise ValueError(f"n must be in [0, {LIMIT - 1:,}]. Received: n={n!r}")
+    return int(n)
+
+
+def english(n):
+    """English number words for ``n``: no "and", hyphenated 21-99 compounds.
+
+    Args:
+        n: int in ``[0, 999999]``.
+
+    Returns:
+        Words separated by single spaces, e.g. 342 -> ``three hundred
+        forty-two``, 21005 -> ``twenty-one thousand five``.
+
+    Raises:
+        TypeError: ``n`` is not an int.
+        ValueError: ``n`` is out of range.
+    """
+    n = _check_number(n)
+    if n == 0:
+        return "zero"
+    thousands, rest = divmod(n, 1000)
+    words = [f"{_EN[thousands]} thousand"] if thousands else []
+    if rest:
+        words.append(_EN[rest])
+    return " ".join(words)
+
+
+def german(n):
+    """The German numeral for ``n`` as one lower-case word.
+
+    Args:
+        n: int in ``[0, 999999]``.
+
+    Returns:
+        e.g. 342 -> ``dreihundertzweiundvierzig``, 21001 ->
+        ``einundzwanzigtausendeins``, 101000 -> ``einhunderteintausend``.
+
+    Raises:
+        TypeError: ``n`` is not an int.
+        ValueError: ``n`` is out of range.
+    """
+    n = _check_number(n)
+    if n == 0:
+        return "null"
+    thousands, rest = divmod(n, 1000)
+    word = f"{_DE_INNER[thousands]}tausend" if thousands else ""
+    return word + _DE_FINAL[rest]
+
+
+# Strata by number of digits; 0-999 are the "core" (see sample_numbers).
+_STRATA = ((1_000, 10_000), (10_000, 100_000), (100_000, LIMIT))
+
+
+def _equal_shares(total, capacities):
+    """Split ``total`` as evenly as the ``capacities`` allow.
+
+    Strata are filled from the smallest capacity up; one that cannot take an
+    equal share of what is left passes the rest on to the larger ones, which
+    also get any remainder of the division.
+    """
+    shares = [0] * len(capacities)
+    order = sorted(range(len(capacities)), key=lambda i: capacities[i])
+    left = total
+    for position, i in enumerate(order):
+        shares[i] = min(capacities[i], left // (len(order) - position))
+        left -= shares[i]
+    return shares
+
+
+def sample_numbers(seed=0, train_size=50_000, val_size=1_000, test_size=1_000):
+    """Draw disjoint sets of integers in ``[0, 999999]`` for the three splits.
+
+    Design:
+
+    - **Training covers the building blocks.** Every number is spelled from
+      the spellings of two numbers below 1000, so training starts with all of
+      0-999 (a random subset if ``train_size < 1000``). This puts every word
+      and irregular form (elf, zwölf, sechzehn, siebzig, dreißig, eins/ein) in
+      the training data.
+    - **The rest is stratified by length.** In every split, numbers >= 1000
+      come in equal shares from the 4-, 5- and 6-digit numbers, so short
+      numbers are not drowned out: drawn uniformly, 90 % would have six
+      digits. A stratum that runs out passes its share on to the longer ones
+      (there are only 9,000 four-digit numbers: at the default sizes training
+      gets all 8,334 left after validation and test).
+    - **Evaluation is drawn first.** Test, then validation, then training
+      take consecutive slices of one seeded permutation per stratum, so the
+      splits are disjoint, and the test set depends only on ``seed`` and
+      ``test_size`` (not on the other sizes). Validation and test hold only
+      numbers >= 1000; 0-999 are all in training at the default sizes.
+
+    Args:
+        seed: seed of the NumPy generator; same seed, same splits.
+        train_size: number of training numbers.
+        val_size: number of validation numbers.
+        test_size: number of test numbers.
+
+    Returns:
+        ``{"train": array, "validation": array, "test": array}`` of int64
+        numbers, each in a seeded random order.
+
+    Raises:
+        TypeError: a size is not an int.
+        ValueError: a size is negative or the sizes do not fit in the range.
+    """
+    sizes = {"test": test_size, "validation": val_size, "train": train_size}
+    for name, size in sizes.items():
+        if isinstance(size, bool) or not isinstance(size, numbers.Integral):
+            raise TypeError(f"{name} size must be an int. Received: {size!r}")
+        if size < 0:
+            raise ValueError(f"{name} size must be >= 0. Received: {size!r}")
+    large = LIMIT - 1000
+    if test_size + val_size > large or sum(sizes.values()) > LIMIT:
+        raise ValueError(
+            f"The splits do not fit in {LIMIT:,} numbers ({large:,} of them "
+            f"from 1000 on for validation and test). Received sizes: {sizes}"
+        )
+    rng = np.random.default_rng(seed)
+    pools = [lo + rng.permutation(hi - lo) for lo, hi in _STRATA]
+    used = [0] * len(pools)
+    splits = {}
+    for name in ("test", "validation", "train"):
+        size = sizes[name]
+        parts = []
+        if name == "train":
+            core = min(size, 1000)
+            parts.append(np.sort(rng.permutation(1000)[:core]))
+            size -= core
+        capacities = [len(pool) - u for pool, u in zip(pools, used, strict=True)]
+        for i, share in enumerate(_equal_shares(size, capacities)):
+            parts.append(pools[i][used[i] : used[i] + share])
+            used[i] += share
+        splits[name] = rng.permutation(np.concatenate(parts).astype(np.int64))
+    return {name: splits[name] for name in ("train", "validation", "test")}
+
+
+def make_splits(seed=0, train_size=50_000, val_size=1_000, test_size=1_000):
+    """English → German number-word pairs for training, validation and test.
+
+    The numbers come from ``sample_numbers`` (see there for the design:
+    disjoint splits, all of 0-999 in training, the rest stratified by number
+    of digits).
+
+    Args:
+        seed: seed; same seed, same splits.
+        train_size: number of training pairs.
+        val_size: number of validation pairs.
+        test_size: number of test pairs.
+
+    Returns:
+        ``{"train": (sources, targets), "validation": ..., "test": ...}``
+        where ``sources`` are ``english(n)`` and ``targets`` ``german(n)``,
+        lists of str in the same order.
+    """
+    splits = sample_numbers(seed, train_size, val_size, test_size)
+    return {
+        name: (
+            [english(n) for n in values.tolist()],
+            [german(n) for n in values.tolist()],
+        )
+        for name, values in splits.items()
+    }
