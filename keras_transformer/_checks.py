@@ -12,8 +12,35 @@ The message is the same in all cases. JAX needs this most: its gather returns
 NaN for an out-of-range index instead of failing.
 """
 
+import contextlib
+
 import keras
 from keras import ops
+
+# While `deferred_value_errors` is active: the messages of failed checks that
+# ran inside compiled JAX code, to be raised once the compiled loop is over.
+_deferred = None
+
+
+@contextlib.contextmanager
+def deferred_value_errors():
+    """Raise failed JAX in-graph checks as ``ValueError`` after the block ends.
+
+    Keras' JAX trainer (3.15.1) detaches the variables' values while
+    ``predict``/``evaluate`` loop and re-attaches them only when the loop ends
+    normally (``fit`` alone does it in a ``finally``). A check that raised
+    inside the jitted step would leave the model without weights; deferred,
+    the loop ends, the model stays usable, and the error is raised here.
+    """
+    global _deferred
+    outer, _deferred = _deferred, []
+    try:
+        yield
+        errors = _deferred
+    finally:
+        _deferred = outer
+    if errors:
+        raise ValueError(errors[0])
 
 
 def _is_symbolic(x):
@@ -60,6 +87,9 @@ def check_range(x, low, high, message):
         import tensorflow as tf
 
         ok = tf.logical_and(lo >= low, hi < high)
+        # XLA (jit_compile=True) drops Assert ops; callers that can poison
+        # their output with NaN use `in_range` below so that nothing passes
+        # silently there either.
         check = tf.debugging.Assert(
             ok, [message.format(lo="?", hi="?"), "lowest:", lo, "highest:", hi]
         )
@@ -70,10 +100,27 @@ def check_range(x, low, high, message):
 
         def _raise_if_out_of_range(lo_value, hi_value):
             if lo_value < low or hi_value >= high:
-                raise ValueError(message.format(lo=lo_value, hi=hi_value))
+                text = message.format(lo=lo_value, hi=hi_value)
+                if _deferred is None:
+                    raise ValueError(text)
+                _deferred.append(text)
 
         jax.debug.callback(_raise_if_out_of_range, lo, hi)
     return x
+
+
+def nan_unless_in_range(values, x, low, high):
+    """TensorFlow graphs only: ``values`` or, if some ``x`` is outside
+    ``[low, high)``, NaN. Under XLA the Assert of ``check_range`` is dropped,
+    and an XLA gather clamps bad indices to finite garbage; NaN shows it."""
+    if keras.backend.backend() != "tensorflow" or _is_symbolic(x):
+        return values
+    import tensorflow as tf
+
+    if tf.executing_eagerly():
+        return values
+    ok = tf.logical_and(tf.reduce_min(x) >= low, tf.reduce_max(x) < high)
+    return tf.where(ok, values, tf.constant(float("nan"), values.dtype))
 
 
 def check_integer(x, name):

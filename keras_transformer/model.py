@@ -5,6 +5,7 @@ import dataclasses
 import keras
 import numpy as np
 
+from keras_transformer import _checks
 from keras_transformer.layers.blocks import DecoderBlock, EncoderBlock
 from keras_transformer.layers.embedding import TokenEmbedding
 from keras_transformer.layers.position import SinusoidalEncoding
@@ -138,11 +139,13 @@ class Transformer(keras.Model):
 
     def evaluate(self, x=None, y=None, *args, **kwargs):
         self.validate_inputs(x, y)
-        return super().evaluate(x, y, *args, **kwargs)
+        with _checks.deferred_value_errors():
+            return super().evaluate(x, y, *args, **kwargs)
 
     def predict(self, x, *args, **kwargs):
         self.validate_inputs(x)
-        return super().predict(x, *args, **kwargs)
+        with _checks.deferred_value_errors():
+            return super().predict(x, *args, **kwargs)
 
 
 def _is_traced(value):

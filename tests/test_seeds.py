@@ -35,18 +35,17 @@ RTOL = 1e-5
 # ---------------------------------------------------------------------------
 H_CAT = np.array([[0.9, 0.3, 0.2, 0.7]], dtype=np.float32)  # 1 x d_model
 W_Q = np.array(
-    [[0.5, 0.2, 0.8],
-     [0.1, 0.9, 0.3],
-     [0.7, 0.4, 0.2],
-     [0.6, 0.5, 0.1]],
+    [[0.5, 0.2, 0.8], [0.1, 0.9, 0.3], [0.7, 0.4, 0.2], [0.6, 0.5, 0.1]],
     dtype=np.float32,
 )
 Q_004 = np.array([[1, 2], [3, 4], [5, 6]], dtype=np.float32)
 K_004 = np.array([[2, 1], [0, 3], [4, 2]], dtype=np.float32)
 V_004 = np.array(
-    [[0.1, 0.5, 0.3],   # v_The
-     [0.9, 0.2, 0.7],   # v_cat
-     [0.4, 0.8, 0.6]],  # v_sat
+    [
+        [0.1, 0.5, 0.3],  # v_The
+        [0.9, 0.2, 0.7],  # v_cat
+        [0.4, 0.8, 0.6],
+    ],  # v_sat
     dtype=np.float32,
 )
 D_K_004 = 2  # Q and K are 3 x 2
@@ -108,12 +107,22 @@ def make_layer():
     return layer
 
 
-def attend(q, k, v, mask=None, is_causal=False, return_attention_scores=True,
-           training=None, layer=None):
+def attend(
+    q,
+    k,
+    v,
+    mask=None,
+    is_causal=False,
+    return_attention_scores=True,
+    training=None,
+    layer=None,
+):
     """Calls the layer; returns (output, weights-or-None) as float numpy."""
     layer = layer if layer is not None else make_layer()
     res = layer(
-        _t(q), _t(k), _t(v),
+        _t(q),
+        _t(k),
+        _t(v),
         mask=None if mask is None else _t(np.asarray(mask, bool)),
         is_causal=is_causal,
         return_attention_scores=return_attention_scores,
@@ -173,13 +182,15 @@ def test_qkt_exposed_by_layer_weights_with_cancelled_scaling():
     np.testing.assert_allclose(w.sum(-1), 1.0, atol=1e-6)
     # the "cat" row: softmax([10, 12, 20]) = [4.54e-5, 3.353e-4, 0.99962]
     np.testing.assert_allclose(
-        w[1], [4.53826e-5, 3.35335e-4, 0.999619], atol=1e-6, rtol=1e-4)
+        w[1], [4.53826e-5, 3.35335e-4, 0.999619], atol=1e-6, rtol=1e-4
+    )
     # the seed's printed (unscaled) softmax agrees with this to its precision
     np.testing.assert_allclose(w[1], SEED004_PRINTED_SOFTMAX_CAT, atol=5e-5)
     # log-weights recover Q K^T up to a per-row constant
     logw = np.log(w.astype(np.float64))
     np.testing.assert_allclose(
-        logw - logw[:, :1], SCORES_004 - SCORES_004[:, :1], atol=1e-3)
+        logw - logw[:, :1], SCORES_004 - SCORES_004[:, :1], atol=1e-3
+    )
 
 
 def test_layer_applies_sqrt_dk_scaling_which_seed_skipped():
@@ -188,12 +199,15 @@ def test_layer_applies_sqrt_dk_scaling_which_seed_skipped():
     np.testing.assert_allclose(w, expected, atol=1e-6, rtol=1e-5)
     # paper's "cat" row: softmax([10, 12, 20] / sqrt 2)
     np.testing.assert_allclose(
-        w[1], [8.45653e-4, 3.478383e-3, 0.995676], atol=1e-6, rtol=1e-4)
+        w[1], [8.45653e-4, 3.478383e-3, 0.995676], atol=1e-6, rtol=1e-4
+    )
     # log-weights recover Q K^T / sqrt(d_k) up to a per-row constant
     logw = np.log(w.astype(np.float64))
     np.testing.assert_allclose(
         logw - logw[:, :1],
-        (SCORES_004 - SCORES_004[:, :1]) / math.sqrt(D_K_004), atol=1e-3)
+        (SCORES_004 - SCORES_004[:, :1]) / math.sqrt(D_K_004),
+        atol=1e-3,
+    )
     # The seed's [0.00005, 0.0003, 0.9996] is the UNSCALED softmax: it is not
     # what the text's own equation (with sqrt(d_k) = sqrt 2) gives.
     assert not np.allclose(w[1], SEED004_PRINTED_SOFTMAX_CAT, atol=1e-3)
@@ -203,21 +217,28 @@ def test_layer_applies_sqrt_dk_scaling_which_seed_skipped():
 # 3. Causal mask
 # ===========================================================================
 CAUSAL_EXPECTED_W = np.array(
-    [[1.0, 0.0, 0.0],
-     list(np_softmax(np.array([10.0, 12.0]) / math.sqrt(2))) + [0.0],
-     list(np_softmax(np.array([16.0, 18.0, 32.0]) / math.sqrt(2)))]
+    [
+        [1.0, 0.0, 0.0],
+        list(np_softmax(np.array([10.0, 12.0]) / math.sqrt(2))) + [0.0],
+        list(np_softmax(np.array([16.0, 18.0, 32.0]) / math.sqrt(2))),
+    ]
 )
 
 
 @pytest.mark.parametrize("how", ["is_causal", "explicit_mask"])
 @pytest.mark.parametrize("return_scores", [True, False])
 def test_causal_mask_004(how, return_scores):
-    kwargs = ({"is_causal": True} if how == "is_causal"
-              else {"mask": np.tril(np.ones((3, 3), bool))})
-    out, w = attend(Q_004, K_004, V_004,
-                    return_attention_scores=return_scores, **kwargs)
-    np.testing.assert_allclose(out, CAUSAL_EXPECTED_W @ V_004.astype(np.float64),
-                               atol=ATOL, rtol=RTOL)
+    kwargs = (
+        {"is_causal": True}
+        if how == "is_causal"
+        else {"mask": np.tril(np.ones((3, 3), bool))}
+    )
+    out, w = attend(
+        Q_004, K_004, V_004, return_attention_scores=return_scores, **kwargs
+    )
+    np.testing.assert_allclose(
+        out, CAUSAL_EXPECTED_W @ V_004.astype(np.float64), atol=ATOL, rtol=RTOL
+    )
     if not return_scores:
         return
     # exactly zero above the diagonal
@@ -234,8 +255,8 @@ def test_seed_printed_mask_is_not_causal():
     assert not np.array_equal(printed_allowed, causal_allowed)
     correct_masked = np.where(causal_allowed, SCORES_004, -np.inf)
     np.testing.assert_array_equal(
-        correct_masked,
-        [[4, -np.inf, -np.inf], [10, 12, -np.inf], [16, 18, 32]])
+        correct_masked, [[4, -np.inf, -np.inf], [10, 12, -np.inf], [16, 18, 32]]
+    )
     # "Row 3 can only see itself" is false under a causal mask: row 3 sees all.
     assert causal_allowed[2].all()
     # the other two sentences are right ...
@@ -263,8 +284,7 @@ def test_cat_output(variant, return_scores):
         q = Q_004 * np.float32(math.sqrt(D_K_004))  # cancels the scaling
         w_cat = np_softmax(SCORES_004[1])
         expected = np.array([0.40015405, 0.79978518, 0.60001992])
-    np.testing.assert_allclose(w_cat @ V_004.astype(np.float64), expected,
-                               atol=1e-7)
+    np.testing.assert_allclose(w_cat @ V_004.astype(np.float64), expected, atol=1e-7)
     out, _ = attend(q, K_004, V_004, return_attention_scores=return_scores)
     assert out.shape == (3, 3)
     np.testing.assert_allclose(out[1], expected, atol=1e-6)
@@ -275,7 +295,7 @@ def test_cat_output(variant, return_scores):
 # ===========================================================================
 # 5. Seed 000: "it" -> "animal" (the demo, exactly as printed in the seed)
 # ===========================================================================
-SEED000_DEMO = '''
+SEED000_DEMO = """
 import numpy as np
 
 def scaled_dot_product_attention(Q, K, V):
@@ -321,18 +341,36 @@ for i,token in enumerate(tokens):
     weight = attention_weights[it_index,i]
     bar = "\u2588"*int(weight*50) if weight>0.01 else "\u00b7"
     print(f"{token:<12} | {weight:.4f} | {bar}")
-'''
+"""
 
 # "Example output" table as printed in seed 000: (token, weight, bar length)
 SEED000_PRINTED = [
-    ("The", 0.0356, 1), ("animal", 0.3625, 18), ("did", 0.0310, 1),
-    ("not", 0.0302, 1), ("cross", 0.0288, 1), ("the", 0.0296, 1),
-    ("street", 0.0297, 1), ("because", 0.0288, 1), ("it", 0.3500, 17),
-    ("was", 0.0402, 2), ("tired.", 0.0337, 1),
+    ("The", 0.0356, 1),
+    ("animal", 0.3625, 18),
+    ("did", 0.0310, 1),
+    ("not", 0.0302, 1),
+    ("cross", 0.0288, 1),
+    ("the", 0.0296, 1),
+    ("street", 0.0297, 1),
+    ("because", 0.0288, 1),
+    ("it", 0.3500, 17),
+    ("was", 0.0402, 2),
+    ("tired.", 0.0337, 1),
 ]
 # What the demo really prints (NumPy legacy seeding is version-stable).
-SEED000_REAL = [0.0330, 0.3662, 0.0311, 0.0289, 0.0291, 0.0359, 0.0300,
-                0.0293, 0.3536, 0.0288, 0.0342]
+SEED000_REAL = [
+    0.0330,
+    0.3662,
+    0.0311,
+    0.0289,
+    0.0291,
+    0.0359,
+    0.0300,
+    0.0293,
+    0.3536,
+    0.0288,
+    0.0342,
+]
 
 
 def run_seed000_demo():
@@ -350,16 +388,22 @@ def test_seed000_demo_real_output_differs_from_printed_example():
     real_w = np.array([float(r[1]) for r in rows])
     real_bars = [len(r[2]) if r[2] != "\u00b7" else 0 for r in rows]
     np.testing.assert_allclose(real_w, SEED000_REAL, atol=1e-9)
-    np.testing.assert_allclose(ns["attention_weights"][8].round(4), SEED000_REAL,
-                               atol=1e-9)
+    np.testing.assert_allclose(
+        ns["attention_weights"][8].round(4), SEED000_REAL, atol=1e-9
+    )
     printed_w = np.array([p[1] for p in SEED000_PRINTED])
     # erratum: every printed weight differs from what the code produces
     assert np.all(np.abs(real_w - printed_w) > 5e-5)
     assert np.max(np.abs(real_w - printed_w)) > 1e-2  # "was": 0.0402 vs 0.0288
     # bars: same lengths except "was" (printed 2, real 1)
     printed_bars = [p[2] for p in SEED000_PRINTED]
-    diff = [t for (t, _, _), a, b in zip(SEED000_PRINTED, real_bars, printed_bars)
-            if a != b]
+    diff = [
+        t
+        for (t, _, _), a, b in zip(
+            SEED000_PRINTED, real_bars, printed_bars, strict=True
+        )
+        if a != b
+    ]
     assert diff == ["was"]
     # the text's conclusion still holds: "it" attends most to "animal"
     assert int(np.argmax(real_w)) == 1
@@ -407,8 +451,7 @@ def _tile(x, rank):
 def test_seed004_tiled_over_ranks(rank, return_scores, is_causal):
     q, k, v = (_tile(a, rank) for a in (Q_004, K_004, V_004))
     ref_out, ref_w = np_attention(q, k, v, is_causal=is_causal)
-    out, w = attend(q, k, v, is_causal=is_causal,
-                    return_attention_scores=return_scores)
+    out, w = attend(q, k, v, is_causal=is_causal, return_attention_scores=return_scores)
     assert out.shape == _shape_prefix(rank) + (3, 3)
     np.testing.assert_allclose(out, ref_out, atol=ATOL, rtol=RTOL)
     if return_scores:
@@ -441,8 +484,14 @@ def test_random_against_numpy(rank, return_scores, mode, d_v):
         mask = rng.random(mshape) < 0.6
         mask[..., 0] = True  # no fully masked row
     ref_out, ref_w = np_attention(q, k, v, mask=mask, is_causal=(mode == "causal"))
-    out, w = attend(q, k, v, mask=mask, is_causal=(mode == "causal"),
-                    return_attention_scores=return_scores)
+    out, w = attend(
+        q,
+        k,
+        v,
+        mask=mask,
+        is_causal=(mode == "causal"),
+        return_attention_scores=return_scores,
+    )
     prefix = _shape_prefix(rank)
     assert out.shape == prefix + (t_q, d_v)
     np.testing.assert_allclose(out, ref_out, atol=ATOL, rtol=RTOL)
@@ -453,8 +502,10 @@ def test_random_against_numpy(rank, return_scores, mode, d_v):
         if mask is not None:
             assert np.all(w[~np.broadcast_to(mask, w.shape)] == 0.0)
         if mode == "causal":
-            assert np.all(w[..., np.triu_indices(t_q, k=1)[0],
-                            np.triu_indices(t_q, k=1)[1]] == 0.0)
+            assert np.all(
+                w[..., np.triu_indices(t_q, k=1)[0], np.triu_indices(t_q, k=1)[1]]
+                == 0.0
+            )
 
 
 @pytest.mark.parametrize("d_v", [8, 6], ids=["dv_eq_dk", "dv_ne_dk"])
@@ -463,13 +514,12 @@ def test_fused_and_explicit_paths_agree(rank, d_v):
     q, k, v = _random_qkv(rank, 6, 6, d_v=d_v, seed=7)
     layer = make_layer()
     for kw in ({}, {"is_causal": True}):
-        out_fused, _ = attend(q, k, v, return_attention_scores=False,
-                              layer=layer, **kw)
-        out_expl, w = attend(q, k, v, return_attention_scores=True,
-                             layer=layer, **kw)
+        out_fused, _ = attend(q, k, v, return_attention_scores=False, layer=layer, **kw)
+        out_expl, w = attend(q, k, v, return_attention_scores=True, layer=layer, **kw)
         np.testing.assert_allclose(out_fused, out_expl, atol=ATOL, rtol=RTOL)
-        np.testing.assert_allclose(out_expl, w.astype(np.float64) @ v,
-                                   atol=ATOL, rtol=RTOL)
+        np.testing.assert_allclose(
+            out_expl, w.astype(np.float64) @ v, atol=ATOL, rtol=RTOL
+        )
 
 
 def test_dropout_zero_training_is_deterministic():

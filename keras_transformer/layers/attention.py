@@ -86,6 +86,10 @@ class ScaledDotProductAttention(keras.layers.Layer):
             self.dropout, dtype=self.dtype_policy, name="attention_dropout"
         )
 
+    def build(self, *input_shapes):
+        self.dropout_layer.build(None)
+        self.built = True
+
     def compute_mask(self, inputs, previous_mask=None):
         # The output is a new sequence aligned with the queries; the `mask`
         # argument is an attention mask, not a padding mask to pass on.
@@ -309,6 +313,9 @@ class MultiHeadAttention(keras.layers.Layer):
         self.attention = ScaledDotProductAttention(
             self.dropout, dtype=self.dtype_policy, name="attention"
         )
+        # Called through `attend`, never `__call__`: build it here, or Keras'
+        # trainers see an unbuilt layer and rerun an eager pass every predict.
+        self.attention.build()
         self.built = True
 
     def _split_heads(self, x):

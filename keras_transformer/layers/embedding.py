@@ -80,6 +80,7 @@ class TokenEmbedding(keras.layers.Layer):
             f"(vocab_size={self.vocab_size}). Received ids from {{lo}} to {{hi}}.",
         )
         x = ops.take(self.embeddings, inputs, axis=0)
+        x = _checks.nan_unless_in_range(x, inputs, 0, self.vocab_size)
         x = ops.cast(x, self.compute_dtype)
         if self.scale:
             x = x * ops.cast(math.sqrt(self.d_model), self.compute_dtype)
