@@ -86,18 +86,14 @@ class Transformer(keras.Model):
                     value = np.asarray(value)
                 else:
                     continue
-            if keras.KerasTensor in type(value).__mro__ or _is_traced(value):
+            if isinstance(value, keras.KerasTensor) or _is_traced(value):
                 return
             arrays[name] = value
         if y is not None and hasattr(y, "shape"):
             arrays["targets"] = y
         for name, value in arrays.items():
-            dtype = keras.backend.standardize_dtype(value.dtype)
-            if name != "targets" and "int" not in dtype:
-                raise TypeError(
-                    f"{name} must hold integer token ids. Received dtype={dtype}. "
-                    "Convert the ids with `numpy.asarray(ids, dtype='int32')` first."
-                )
+            if name != "targets":
+                _checks.check_integer(value, name)
             if len(value.shape) != 2:
                 raise ValueError(
                     f"{name} must have shape (batch, length). "

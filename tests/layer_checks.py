@@ -14,6 +14,25 @@ import numpy as np
 from keras import ops
 
 
+class MaskProbe(keras.layers.Layer):
+    """Returns the Keras mask it receives, as float32; fails if there is none."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.supports_masking = True
+
+    def call(self, inputs, mask=None):
+        if mask is None:
+            raise AssertionError("No Keras mask reached this layer.")
+        return ops.cast(mask, "float32")
+
+    def compute_mask(self, inputs, previous_mask=None):
+        return None
+
+    def compute_output_shape(self, input_shape):
+        return tuple(input_shape[:-1])
+
+
 def _to_numpy(x):
     return ops.convert_to_numpy(x)
 

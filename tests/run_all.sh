@@ -54,7 +54,16 @@ py="$VENV/bin/python"
 
 # --- 2. install --------------------------------------------------------------
 echo "==> pip install -c constraints.txt -e \".[test]\""
-"$py" -m pip install --no-input -c constraints.txt -e ".[test]"
+# Quiet, and without pip's notes about this machine's local index folders.
+set +e
+"$py" -m pip install --quiet --no-input -c constraints.txt -e ".[test]" 2>&1 |
+    grep -v "is ignored: it is neither a file nor a directory"
+pip_rc=${PIPESTATUS[0]}
+set -e
+if [[ $pip_rc -ne 0 ]]; then
+    echo "pip install failed (exit $pip_rc)"
+    exit 1
+fi
 "$py" - <<'EOF'
 import importlib.metadata as md
 for name in ("keras", "tensorflow", "jax", "torch", "keras-hub", "numpy"):

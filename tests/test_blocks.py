@@ -15,7 +15,7 @@ from keras import ops
 
 import keras_transformer as kt
 from tests import numpy_reference as ref
-from tests.layer_checks import run_layer_test
+from tests.layer_checks import MaskProbe, run_layer_test
 
 D_MODEL, HEADS, D_FF = 16, 4, 32
 B, T, S = 3, 6, 7  # batch, target length, source length
@@ -77,25 +77,6 @@ def _assert_valid_rows_close(actual, expected, valid, atol=ATOL, rtol=RTOL):
     assert actual.shape == expected.shape
     assert np.isfinite(actual).all()
     np.testing.assert_allclose(actual[valid], expected[valid], atol=atol, rtol=rtol)
-
-
-class MaskProbe(keras.layers.Layer):
-    """Returns the Keras mask it receives, as float32; fails if there is none."""
-
-    def __init__(self, **kwargs):
-        super().__init__(**kwargs)
-        self.supports_masking = True
-
-    def call(self, inputs, mask=None):
-        if mask is None:
-            raise AssertionError("No Keras mask reached the layer after the block.")
-        return ops.cast(mask, "float32")
-
-    def compute_mask(self, inputs, previous_mask=None):
-        return None
-
-    def compute_output_shape(self, input_shape):
-        return tuple(input_shape[:-1])
 
 
 # ---------------------------------------------------------------------------

@@ -15,7 +15,7 @@ import pytest
 from keras import ops
 
 import keras_transformer as kt
-from tests.layer_checks import run_layer_test
+from tests.layer_checks import MaskProbe, run_layer_test
 from tests.numpy_reference import sinusoidal_pe
 
 FLOAT32_EPS = 2.0**-23
@@ -55,25 +55,6 @@ def _assert_pe_close(actual, positions, d_model):
     assert not bad.any(), (
         f"max error {err.max():.3g} at (row, dim) {np.argwhere(bad)[:5].tolist()}"
     )
-
-
-class MaskProbe(keras.layers.Layer):
-    """Returns the Keras mask it receives, as float32; fails if there is none."""
-
-    def __init__(self, **kwargs):
-        super().__init__(**kwargs)
-        self.supports_masking = True
-
-    def call(self, inputs, mask=None):
-        if mask is None:
-            raise AssertionError("No Keras mask reached the layer after the encoding.")
-        return ops.cast(mask, "float32")
-
-    def compute_mask(self, inputs, previous_mask=None):
-        return None
-
-    def compute_output_shape(self, input_shape):
-        return tuple(input_shape[:-1])
 
 
 # ---------------------------------------------------------------------------
