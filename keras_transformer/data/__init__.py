@@ -1,5 +1,11 @@
-"""Data for training and evaluation: the built-in number-translation task."""
+"""Data for training and evaluation: the built-in task, tokenizer, batching."""
 
+from keras_transformer.data.batching import (
+    BucketedDataset,
+    bucket_boundaries,
+    make_batches,
+    padding_fraction,
+)
 from keras_transformer.data.numbers import (
     LIMIT,
     english,
@@ -7,5 +13,33 @@ from keras_transformer.data.numbers import (
     make_splits,
     sample_numbers,
 )
+from keras_transformer.data.tokenizer import (
+    END_ID,
+    PAD_ID,
+    START_ID,
+    UNK_ID,
+    decode,
+    encode,
+    make_tokenizer,
+    train_tokenizer,
+)
 
-__all__ = ["LIMIT", "english", "german", "make_splits", "sample_numbers"]
+__all__ = [
+    "END_ID",
+    "LIMIT",
+    "PAD_ID",
+    "START_ID",
+    "UNK_ID",
+    "BucketedDataset",
+    "bucket_boundaries",
+    "decode",
+    "encode",
+    "english",
+    "german",
+    "make_batches",
+    "make_splits",
+    "make_tokenizer",
+    "padding_fraction",
+    "sample_numbers",
+    "train_tokenizer",
+]

@@ -1,0 +1,346 @@
+"""Batching by length: buckets of similar length, batched to a token budget.
+
+The paper (§5.1): "Sentence pairs were batched together by approximate
+sequence length. Each training batch contained a set of sentence pairs
+containing approximately 25000 source tokens and 25000 target tokens."
+
+Conventions:
+
+- **Ids.** Token id 0 is padding; ``START_ID`` (1) and ``END_ID`` (2) are
+  the reserved ids of ``keras_transformer.data.tokenizer``.
+- **Sources** are used as given (typically ``encode(tok, sources)``, which
+  ends each one with ``END_ID``) and must not contain 0.
+- **Targets** are given *without* start and end ids (``encode(tok, targets,
+  add_end=False)``). For a target ``t`` of length ``n``::
+
+      decoder_inputs = [START_ID] + t        (length n + 1)
+      labels         = t + [END_ID]          (length n + 1)
+
+  so ``labels[i]`` is the token that follows ``decoder_inputs[i]``, and the
+  decoder's padding mask covers exactly the labels that are not padding.
+- **Buckets.** An example's length is ``max(len(source), n + 1)``; its bucket
+  is the smallest boundary at least that long. Sources, decoder inputs and
+  labels of a batch are all padded with 0 to that one bucket length, so a
+  bucket gives one sequence length for everything.
+- **Batch size.** A bucket of length ``L`` is cut into batches of
+  ``rows = batch_tokens // L`` examples, so ``rows · L <= batch_tokens`` per
+  input. A bucket's last, partial batch is filled up with all-padding rows:
+  each bucket then comes with exactly one array shape, and a compiled step
+  (``jax.jit``, XLA) is traced once per bucket rather than once per batch.
+  Padding rows carry no loss (their labels are all padding).
+"""
+
+import numbers
+
+import keras
+import numpy as np
+
+from keras_transformer.data.tokenizer import END_ID, PAD_ID, START_ID
+
+
+def bucket_boundaries(max_length, min_length=8, step=1.25, multiple=8):
+    """Padded lengths growing geometrically from ``min_length`` to ``max_length``.
+
+    Each boundary is the previous one times ``step``, rounded up to a multiple
+    of ``multiple``; the last is ``max_length`` itself (the longest sequence
+    kept). With a ratio ``step`` between neighbours no example is padded by
+    more than about ``1 - 1/step`` of its bucket (20 % for 1.25).
+
+    Args:
+        max_length: int, the largest padded length (e.g. the model's
+            ``max_length``).
+        min_length: int, the smallest boundary (rounded up to ``multiple``).
+        step: float > 1, growth factor between neighbouring boundaries.
+        multiple: int, boundaries below ``max_length`` are multiples of it.
+
+    Returns:
+        Sorted list of distinct ints, ending with ``max_length``. E.g.
+        ``bucket_boundaries(128)`` is ``[8, 16, 24, 32, 40, 56, 72, 96, 120,
+        128]``.
+    """
+    for name, value in (
+        ("max_length", max_length),
+        ("min_length", min_length),
+        ("multiple", multiple),
+    ):
+        _check_positive_int(value, name)
+    if not step > 1:
+        raise ValueError(f"step must be > 1. Received: step={step!r}")
+
+    def round_up(value):
+        return -(-int(np.ceil(value)) // multiple) * multiple
+
+    boundaries = []
+    boundary = round_up(min_length)
+    while boundary < max_length:
+        boundaries.append(boundary)
+        boundary = round_up(boundary * step)
+    return boundaries + [int(max_length)]
+
+
+def make_batches(
+    src_ids,
+    tgt_ids,
+    batch_tokens,
+    boundaries,
+    shuffle=True,
+    seed=0,
+    drop_longer=True,
+):
+    """Bucket, batch and pad a parallel corpus of token ids (one epoch).
+
+    See the module docstring for the conventions (targets without start/end
+    ids, one padded length per bucket, padding rows in a bucket's last batch).
+
+    Args:
+        src_ids: list of source id lists.
+        tgt_ids: list of target id lists, without ``START_ID``/``END_ID``.
+        batch_tokens: int, the most rows × padded length per batch; at least
+            the largest boundary, so that every bucket fits one row.
+        boundaries: sorted bucket lengths, e.g. from ``bucket_boundaries``.
+        shuffle: shuffle examples within each bucket and the order of the
+            batches; otherwise input order within buckets, buckets shortest
+            first. Either way the first two batches are one of the shortest
+            and one of the longest bucket (see ``BucketedDataset``).
+        seed: int or sequence of ints for ``np.random.default_rng``.
+        drop_longer: drop examples longer than the largest boundary;
+            otherwise raise ``ValueError``.
+
+    Returns:
+        ``(batches, dropped)``: ``batches`` is a list of ``(inputs, labels)``
+        with ``inputs = {"encoder_inputs": ..., "decoder_inputs": ...}``, all
+        three int32 arrays of shape ``(rows, bucket_length)``; ``dropped`` is
+        the sorted list of the indices of examples that were too long.
+    """
+    plan = _BucketPlan(src_ids, tgt_ids, batch_tokens, boundaries, drop_longer)
+    rng = np.random.default_rng(seed) if shuffle else None
+    return [plan.batch(entry) for entry in plan.epoch(rng)], plan.dropped
+
+
+class BucketedDataset(keras.utils.PyDataset):
+    """``make_batches`` as a ``keras.utils.PyDataset`` for ``model.fit``.
+
+    Every call of ``on_epoch_end`` draws a new order (examples within buckets,
+    then batches) from ``np.random.default_rng([seed, epoch])``, so epochs
+    differ and a run is repeatable. (Keras 3.15 calls ``on_epoch_end`` once
+    when ``fit`` starts and once after each epoch, so the first epoch of a
+    ``fit`` is served in the order of ``epoch=1``.) The number of batches is
+    the same every epoch. Keras'
+    ``fit(shuffle=True)`` (its default) permutes the batch order once more
+    with Python's ``random``; pass ``shuffle=False`` to ``fit`` to keep
+    exactly this order.
+
+    The first two batches of every epoch are one of the shortest bucket and
+    one of the longest (also in ``make_batches``): the TensorFlow backend
+    fixes the input signature from the first two batches, and these two
+    differ in every dimension that varies (rows and length), so the signature
+    leaves those open.
+
+    Args:
+        src_ids, tgt_ids, batch_tokens, boundaries, drop_longer: as for
+            ``make_batches``.
+        shuffle: reshuffle every epoch (False: the fixed order of
+            ``make_batches(shuffle=False)``, e.g. for validation data).
+        seed: int seed.
+        **kwargs: ``workers``, ``use_multiprocessing``, ``max_queue_size`` for
+            ``keras.utils.PyDataset``.
+
+    Attributes:
+        dropped: indices of the examples too long for the largest boundary.
+        epoch: how many times the order was redrawn (the seed of the order
+            being served, with ``seed``); starts at 0.
+    """
+
+    def __init__(
+        self,
+        src_ids,
+        tgt_ids,
+        batch_tokens,
+        boundaries,
+        shuffle=True,
+        seed=0,
+        drop_longer=True,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self._plan = _BucketPlan(
+            src_ids, tgt_ids, batch_tokens, boundaries, drop_longer
+        )
+        self.dropped = self._plan.dropped
+        self.shuffle = bool(shuffle)
+        self.seed = int(seed)
+        self.epoch = 0
+        self._order = self._new_order()
+
+    def _new_order(self):
+        rng = np.random.default_rng([self.seed, self.epoch]) if self.shuffle else None
+        return self._plan.epoch(rng)
+
+    def __len__(self):
+        return len(self._order)
+
+    def __getitem__(self, index):
+        if not 0 <= index < len(self._order):
+            raise IndexError(f"Batch index {index} out of range [0, {len(self)}).")
+        return self._plan.batch(self._order[index])
+
+    def on_epoch_end(self):
+        self.epoch += 1
+        self._order = self._new_order()
+
+
+def padding_fraction(batches):
+    """Share of padding (id 0) among all encoder and decoder input positions.
+
+    Args:
+        batches: iterable of ``(inputs, labels)`` as made by ``make_batches``
+            or a ``BucketedDataset``.
+
+    Returns:
+        float in ``[0, 1]``; 0.0 for no batches.
+    """
+    padding = total = 0
+    for inputs, _ in batches:
+        for name in ("encoder_inputs", "decoder_inputs"):
+            array = np.asarray(inputs[name])
+            padding += int(np.count_nonzero(array == PAD_ID))
+            total += array.size
+    return padding / total if total else 0.0
+
+
+def _check_positive_int(value, name):
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an int. Received: {name}={value!r}")
+    if value < 1:
+        raise ValueError(f"{name} must be >= 1. Received: {name}={value!r}")
+
+
+def _id_lists(rows, name):
+    """Lists of Python ints, one per example (accepts arrays of any int dtype)."""
+    if isinstance(rows, (str, bytes)):
+        raise TypeError(f"{name} must be a list of id lists.")
+    return [[int(i) for i in np.asarray(row).reshape(-1).tolist()] for row in rows]
+
+
+def _shortest_and_longest_first(order):
+    """Move a batch of the shortest and one of the longest bucket to the front.
+
+    Keras' TensorFlow backend fixes a ``PyDataset``'s input signature from its
+    first two batches. Rows (``batch_tokens // length``) never grow with the
+    length, so these two batches differ in every dimension that differs
+    between any two batches, and the signature leaves exactly those open.
+    Otherwise two batches of one bucket fix the length, and the first batch of
+    another bucket fails (observed with Keras 3.15: "`generator` yielded an
+    element of shape (2, 24) where an element of shape (None, 16) was
+    expected").
+    """
+    lengths = [length for length, _ in order]
+    if len(set(lengths)) < 2:
+        return order
+    first = lengths.index(min(lengths))
+    second = lengths.index(max(lengths))
+    rest = [entry for i, entry in enumerate(order) if i not in (first, second)]
+    return [order[first], order[second], *rest]
+
+
+class _BucketPlan:
+    """The examples, sorted into buckets once; orders and arrays per epoch."""
+
+    def __init__(self, src_ids, tgt_ids, batch_tokens, boundaries, drop_longer):
+        self.src = _id_lists(src_ids, "src_ids")
+        self.tgt = _id_lists(tgt_ids, "tgt_ids")
+        if len(self.src) != len(self.tgt):
+            raise ValueError(
+                "src_ids and tgt_ids must hold the same number of examples. "
+                f"Received: {len(self.src)} and {len(self.tgt)}"
+            )
+        self._check_ids()
+        boundaries = [int(b) for b in boundaries]
+        if not boundaries or boundaries != sorted(set(boundaries)):
+            raise ValueError(
+                "boundaries must be a non-empty, strictly increasing list. "
+                f"Received: {boundaries}"
+            )
+        _check_positive_int(boundaries[0], "the smallest boundary")
+        _check_positive_int(batch_tokens, "batch_tokens")
+        if batch_tokens < boundaries[-1]:
+            raise ValueError(
+                f"batch_tokens ({batch_tokens}) must be at least the largest "
+                f"boundary ({boundaries[-1]}), so that every batch has a row."
+            )
+        lengths = np.array(
+            [max(len(s), len(t) + 1) for s, t in zip(self.src, self.tgt, strict=True)],
+            dtype=np.int64,
+        )
+        # Smallest boundary >= length; len(boundaries) means too long.
+        bucket = np.searchsorted(boundaries, lengths, side="left")
+        too_long = np.flatnonzero(bucket == len(boundaries))
+        if too_long.size and not drop_longer:
+            raise ValueError(
+                f"{too_long.size} examples are longer than the largest boundary "
+                f"({boundaries[-1]}), e.g. example {int(too_long[0])} of length "
+                f"{int(lengths[too_long[0]])}. Pass drop_longer=True to drop them."
+            )
+        self.dropped = too_long.tolist()
+        # {bucket length: example indices in input order}, shortest first.
+        self.buckets = {
+            boundaries[b]: np.flatnonzero(bucket == b)
+            for b in range(len(boundaries))
+            if np.any(bucket == b)
+        }
+        self.rows = {length: batch_tokens // length for length in self.buckets}
+
+    def _check_ids(self):
+        for name, rows, banned in (
+            ("src_ids", self.src, (PAD_ID,)),
+            ("tgt_ids", self.tgt, (PAD_ID, START_ID, END_ID)),
+        ):
+            for index, row in enumerate(rows):
+                bad = set(row).intersection(banned)
+                if bad or (row and min(row) < 0):
+                    raise ValueError(
+                        f"{name}[{index}] holds id(s) {sorted(bad) or min(row)}, "
+                        f"which {name} may not contain ({_ID_RULES[name]}). "
+                        f"Received: {row}"
+                    )
+
+    def epoch(self, rng=None):
+        """Batches of one epoch as ``(bucket length, example indices)``.
+
+        With ``rng``: examples shuffled within buckets, batches shuffled
+        across buckets. Without: input order, buckets shortest first. Either
+        way a batch of the shortest and one of the longest bucket come first
+        (see ``_shortest_and_longest_first``).
+        """
+        order = []
+        for length, members in self.buckets.items():
+            if rng is not None:
+                members = rng.permutation(members)
+            rows = self.rows[length]
+            order += [
+                (length, members[i : i + rows]) for i in range(0, len(members), rows)
+            ]
+        if rng is not None:
+            order = [order[i] for i in rng.permutation(len(order))]
+        return _shortest_and_longest_first(order)
+
+    def batch(self, entry):
+        """The padded arrays of one ``(bucket length, example indices)``."""
+        length, members = entry
+        rows = self.rows[length]
+        # Rows past len(members) stay all padding (the partial last batch).
+        encoder = np.zeros((rows, length), dtype="int32")
+        decoder = np.zeros((rows, length), dtype="int32")
+        labels = np.zeros((rows, length), dtype="int32")
+        for row, example in enumerate(members):
+            src, tgt = self.src[example], self.tgt[example]
+            encoder[row, : len(src)] = src
+            decoder[row, : len(tgt) + 1] = [START_ID, *tgt]
+            labels[row, : len(tgt) + 1] = [*tgt, END_ID]
+        return {"encoder_inputs": encoder, "decoder_inputs": decoder}, labels
+
+
+_ID_RULES = {
+    "src_ids": "0 is padding",
+    "tgt_ids": "0 is padding; start and end ids are added by the batcher",
+}
