@@ -22,6 +22,7 @@ from keras_transformer.model import (
     get_config,
 )
 from keras_transformer.schedules import TransformerSchedule, transformer_optimizer
+from keras_transformer.translator import Translator
 
 __version__ = "0.1.0"
 
@@ -38,6 +39,7 @@ __all__ = [
     "Transformer",
     "TransformerConfig",
     "TransformerSchedule",
+    "Translator",
     "build_model",
     "causal_mask",
     "get_config",

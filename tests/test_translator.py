@@ -1,0 +1,242 @@
+"""Translator: tokenizer + Transformer + greedy decoding, saved as one file."""
+
+import os
+import warnings
+
+import keras
+import numpy as np
+import pytest
+
+from keras_transformer import build_model
+from keras_transformer.data import tokenizer as tk
+from keras_transformer.data.numbers import english, german
+from keras_transformer.translator import Translator
+
+NUMBERS = list(range(0, 1000, 5))  # 200 numbers
+SOURCES = [english(n) for n in NUMBERS]
+SMALL = dict(num_layers=1, d_model=32, num_heads=4, d_ff=64)
+
+
+@pytest.fixture(scope="module")
+def proto():
+    return tk.train_tokenizer(SOURCES + [german(n) for n in NUMBERS], 60)
+
+
+@pytest.fixture
+def tokenizer(proto):
+    return tk.make_tokenizer(proto)
+
+
+def tiny_model(tokenizer, **overrides):
+    return build_model(
+        "tiny", src_vocab_size=tokenizer.vocabulary_size(), **{**SMALL, **overrides}
+    )
+
+
+def pad(rows, width):
+    array = np.zeros((len(rows), width), "int32")
+    for i, row in enumerate(rows):
+        array[i, : len(row)] = row
+    return array
+
+
+@pytest.fixture(scope="module")
+def trained(proto):
+    """A translator trained for a few seconds to copy English number words.
+
+    Partly trained on purpose: some outputs end with END after a varying
+    number of tokens, others loop until the length limit, so the greedy
+    reference test sees both ways of stopping.
+    """
+    keras.utils.set_random_seed(0)
+    tokenizer = tk.make_tokenizer(proto)
+    model = tiny_model(tokenizer)
+    src = tk.encode(tokenizer, SOURCES)
+    body = tk.encode(tokenizer, SOURCES, add_end=False)
+    width = max(len(row) for row in src) + 1
+    x = {
+        "encoder_inputs": pad(src, width),
+        "decoder_inputs": pad([[tk.START_ID, *t] for t in body], width),
+    }
+    y = pad([[*t, tk.END_ID] for t in body], width)
+    model.compile(
+        keras.optimizers.Adam(5e-3),
+        keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    )
+    model.fit(x, y, batch_size=25, epochs=30, verbose=0)
+    return Translator(tokenizer, model)
+
+
+def naive_greedy(model, src_ids, max_steps):
+    """Greedy decoding written out: one unpadded row, the whole prefix each step.
+
+    Starts from [START]; appends the argmax (over ids other than PAD and
+    START, which a sentence never contains) of the last position's logits;
+    stops after END or after max_steps tokens.
+    """
+    out = []
+    dec = [tk.START_ID]
+    while len(out) < max_steps:
+        # predict_on_batch: inference mode, compiled per shape (an eager call
+        # per step takes about a second on JAX, each new shape recompiling
+        # every op).
+        logits = model.predict_on_batch(
+            {
+                "encoder_inputs": np.array([src_ids], "int32"),
+                "decoder_inputs": np.array([dec], "int32"),
+            }
+        )
+        last = np.asarray(logits)[0, -1]
+        token = int(np.argmax(last[2:])) + 2
+        out.append(token)
+        if token == tk.END_ID:
+            break
+        dec.append(token)
+    return out
+
+
+def test_untrained_model_returns_strings(tokenizer):
+    translator = Translator(tokenizer, tiny_model(tokenizer))
+    texts = ["one hundred", "seven", "twenty-three thousand four", "nine"]
+    out = translator.translate(texts, max_output_length=6)
+    assert isinstance(out, list) and len(out) == len(texts)
+    assert all(isinstance(text, str) for text in out)
+    ids = translator.translate_ids(texts, max_output_length=6)
+    assert len(ids) == len(texts)
+    for row in ids:
+        assert 1 <= len(row) <= 6
+        # Stops right after END, or at the limit; never PAD or START.
+        assert tk.END_ID not in row[:-1]
+        assert row[-1] == tk.END_ID or len(row) == 6
+        assert tk.PAD_ID not in row and tk.START_ID not in row
+    assert tk.decode(tokenizer, ids) == out
+    # Calling the model gives the transformer's logits.
+    inputs = {
+        "encoder_inputs": np.array([[5, 6, 2]], "int32"),
+        "decoder_inputs": np.array([[1, 7]], "int32"),
+    }
+    np.testing.assert_array_equal(
+        keras.ops.convert_to_numpy(translator(inputs)),
+        keras.ops.convert_to_numpy(translator.transformer(inputs)),
+    )
+    with pytest.raises(TypeError):
+        translator.translate("seven")
+    assert translator.translate([]) == []
+
+
+def test_default_output_length_is_source_length_plus_50(tokenizer):
+    # Paper §6.1: at most input length + 50 tokens, and never more than the
+    # model's max_length.
+    translator = Translator(tokenizer, tiny_model(tokenizer, max_length=64))
+    texts = ["seven", "one hundred twenty-three thousand four hundred fifty-six"]
+    src_lengths = [len(row) - 1 for row in tk.encode(tokenizer, texts)]
+    assert src_lengths[0] + 50 < 64 < src_lengths[1] + 50
+    ids = translator.translate_ids(texts)
+    for row, limit in zip(ids, [src_lengths[0] + 50, 64], strict=True):
+        assert row[-1] == tk.END_ID or len(row) == limit
+        assert len(row) <= limit
+    # An untrained model rarely stops: at least one row shows the limit.
+    assert any(tk.END_ID not in row for row in ids)
+
+
+def test_greedy_matches_naive_reference(trained):
+    texts = [SOURCES[i] for i in (3, 0, 57, 199)] + [""]
+    src = tk.encode(trained.tokenizer, texts)
+    assert len({len(row) for row in src}) >= 4  # different source lengths
+    limit = 10
+    expected = [naive_greedy(trained.transformer, row, limit) for row in src]
+    # The reference is not trivial: rows stop at END after different numbers
+    # of tokens, and some reach the limit.
+    ended = [row for row in expected if row[-1] == tk.END_ID]
+    assert len({len(row) for row in ended}) >= 2
+    assert any(len(row) == limit for row in expected)
+    # One padded batch, several batches (a partial one with padding rows),
+    # and the raw-id entry point all agree with the unpadded reference.
+    assert trained.translate_ids(texts, max_output_length=limit) == expected
+    assert trained.translate_ids(texts, limit, batch_size=2) == expected
+    assert trained.greedy_ids(src, max_output_length=limit) == expected
+    assert trained.translate(texts, limit) == tk.decode(trained.tokenizer, expected)
+
+
+def test_training_sanity(trained):
+    # Thirty quick epochs of the copy task: most training sentences come back.
+    out = trained.translate(SOURCES[:40])
+    assert sum(a == b for a, b in zip(out, SOURCES[:40], strict=True)) >= 30
+
+
+def test_keras_file_round_trip(trained, proto, tmp_path):
+    translator = Translator(
+        trained.tokenizer, trained.transformer, max_output_length=30
+    )
+    path = os.path.join(tmp_path, "translator.keras")
+    translator.save(path)
+    with warnings.catch_warnings():
+        # keras-hub 0.32 reads the vocabulary asset with open() and no
+        # close(): a ResourceWarning, which is not ours to fix.
+        warnings.simplefilter("ignore", ResourceWarning)
+        loaded = keras.saving.load_model(path)
+    assert type(loaded) is Translator
+    assert loaded.tokenizer.proto == proto
+    assert loaded.max_output_length == 30
+    for a, b in zip(
+        loaded.transformer.get_weights(),
+        trained.transformer.get_weights(),
+        strict=True,
+    ):
+        np.testing.assert_array_equal(a, b)
+    texts = SOURCES[:10] + ["", "seven hundred"]
+    assert loaded.translate(texts) == translator.translate(texts)
+    assert loaded.translate_ids(texts) == translator.translate_ids(texts)
+
+
+def test_empty_and_unseen_characters(trained):
+    texts = ["", "Ω", "one # two"]
+    src = tk.encode(trained.tokenizer, texts)
+    assert tk.UNK_ID in src[1] and tk.UNK_ID in src[2]
+    out = trained.translate(texts, max_output_length=4)
+    assert len(out) == 3 and all(isinstance(text, str) for text in out)
+    expected = [naive_greedy(trained.transformer, row, 4) for row in src]
+    assert trained.translate_ids(texts, max_output_length=4) == expected
+
+
+def warns_max_length(call, limit):
+    """Run ``call``; check it warned once about ``max_length=limit``.
+
+    (Recorded rather than ``pytest.warns``, which re-emits the other warnings
+    caught, e.g. Keras' own NumPy-2 ``__array__`` deprecation on PyTorch.)
+    """
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = call()
+    ours = [w for w in caught if issubclass(w.category, UserWarning)]
+    assert len(ours) == 1 and f"max_length={limit}" in str(ours[0].message)
+    return result
+
+
+def test_too_long_source_warns_and_is_truncated(tokenizer):
+    translator = Translator(tokenizer, tiny_model(tokenizer, max_length=16))
+    long_text = "seven hundred seventy-seven thousand seven hundred seventy-seven"
+    full = tk.encode(tokenizer, [long_text])[0]
+    assert len(full) > 16
+    ids = warns_max_length(
+        lambda: translator.translate_ids([long_text, "one"], max_output_length=5), 16
+    )
+    # The first 15 tokens and END: decoded as if given that way.
+    cut = full[:15] + [tk.END_ID]
+    assert ids[0] == naive_greedy(translator.transformer, cut, 5)
+    out = warns_max_length(lambda: translator.translate([long_text]), 16)
+    assert len(out) == 1 and isinstance(out[0], str)
+    # Output is capped by max_length as well (16 tokens, not 15 + 50).
+    (row,) = warns_max_length(lambda: translator.translate_ids([long_text]), 16)
+    assert len(row) <= 16 and (row[-1] == tk.END_ID or len(row) == 16)
+
+
+def test_bad_arguments(tokenizer):
+    translator = Translator(tokenizer, tiny_model(tokenizer))
+    with pytest.raises(ValueError, match="max_output_length"):
+        translator.translate(["one"], max_output_length=0)
+    with pytest.raises(TypeError):
+        translator.translate(["one"], max_output_length=2.5)
+    small = build_model("tiny", src_vocab_size=10, **SMALL)
+    with pytest.raises(ValueError, match="vocabulary"):
+        Translator(tokenizer, small)
