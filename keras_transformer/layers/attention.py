@@ -36,6 +36,12 @@ def _fused_kernel_fails(dtype, d_k, d_v):
     return jax.default_backend() == "cpu"
 
 
+def _fresh_initializer(initializer):
+    """A new initializer with the same config, so each sub-layer draws its own
+    values (one initializer object shared by layers would repeat them)."""
+    return keras.initializers.get(keras.initializers.serialize(initializer))
+
+
 def _validate_rate(name, value):
     if not 0.0 <= value < 1.0:
         raise ValueError(f"{name} must be in [0, 1). Received: {name}={value}")
@@ -290,12 +296,8 @@ class MultiHeadAttention(keras.layers.Layer):
         return keras.layers.Dense(
             self.d_model,
             use_bias=self.use_bias,
-            kernel_initializer=keras.initializers.get(
-                keras.initializers.serialize(self.kernel_initializer)
-            ),
-            bias_initializer=keras.initializers.get(
-                keras.initializers.serialize(self.bias_initializer)
-            ),
+            kernel_initializer=_fresh_initializer(self.kernel_initializer),
+            bias_initializer=_fresh_initializer(self.bias_initializer),
             dtype=self.dtype_policy,
             name=name,
         )

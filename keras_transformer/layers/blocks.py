@@ -4,7 +4,11 @@ import keras
 from keras import ops
 
 from keras_transformer import _checks
-from keras_transformer.layers.attention import MultiHeadAttention, _validate_rate
+from keras_transformer.layers.attention import (
+    MultiHeadAttention,
+    _fresh_initializer,
+    _validate_rate,
+)
 
 
 class _Block(keras.layers.Layer):
@@ -52,14 +56,9 @@ class _Block(keras.layers.Layer):
         self.supports_masking = True
 
     def _initializers(self):
-        # Fresh initializer objects per sub-layer, so they draw different values.
         return {
-            "kernel_initializer": keras.initializers.get(
-                keras.initializers.serialize(self.kernel_initializer)
-            ),
-            "bias_initializer": keras.initializers.get(
-                keras.initializers.serialize(self.bias_initializer)
-            ),
+            "kernel_initializer": _fresh_initializer(self.kernel_initializer),
+            "bias_initializer": _fresh_initializer(self.bias_initializer),
         }
 
     def _check_width(self, shape, name):
