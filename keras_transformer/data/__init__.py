@@ -1,10 +1,16 @@
-"""Data for training and evaluation: the built-in task, tokenizer, batching."""
+"""Data for training and evaluation: built-in task, corpora, tokenizer, batching."""
 
 from keras_transformer.data.batching import (
     BucketedDataset,
     bucket_boundaries,
     make_batches,
     padding_fraction,
+)
+from keras_transformer.data.corpus import (
+    CorpusError,
+    read_lines,
+    read_parallel,
+    split_path,
 )
 from keras_transformer.data.numbers import (
     LIMIT,
@@ -31,6 +37,7 @@ __all__ = [
     "START_ID",
     "UNK_ID",
     "BucketedDataset",
+    "CorpusError",
     "bucket_boundaries",
     "decode",
     "encode",
@@ -40,6 +47,9 @@ __all__ = [
     "make_splits",
     "make_tokenizer",
     "padding_fraction",
+    "read_lines",
+    "read_parallel",
     "sample_numbers",
+    "split_path",
     "train_tokenizer",
 ]

@@ -1,0 +1,226 @@
+"""training.evaluate: scoring, the command end to end, and its failures."""
+
+import json
+
+import keras
+import pytest
+
+import keras_transformer as kt
+from keras_transformer.data import tokenizer as tk
+from training import evaluate
+
+SENTENCES = [
+    "a man is walking",
+    "a woman is running",
+    "two dogs play in the park",
+    "the child eats an apple",
+    "a girl reads a book",
+    "the boy is swimming",
+    "three men are talking",
+    "a cat sleeps on the sofa",
+    "people walk down the street",
+    "a dog runs on the beach",
+    "ein mann geht",
+    "eine frau rennt",
+    "zwei hunde spielen im park",
+    "das kind isst einen apfel",
+    "ein mädchen liest ein buch",
+    "der junge schwimmt",
+    "drei männer reden",
+    "eine katze schläft auf dem sofa",
+    "leute gehen die straße entlang",
+    "ein hund rennt am strand",
+    "a man and a woman",
+    "the dog and the cat",
+    "ein mann und eine frau",
+    "der hund und die katze",
+    "the street is busy",
+    "die straße ist voll",
+    "a red car",
+    "ein rotes auto",
+    "the sun is shining",
+    "die sonne scheint",
+]
+
+
+# -- score ---------------------------------------------------------------------
+
+
+def test_score_of_the_references_is_100():
+    refs = SENTENCES[:8]
+    result = evaluate.score(refs, refs)
+    assert result["bleu"] == pytest.approx(100.0)
+    assert result["chrf"] == pytest.approx(100.0)
+    assert result["sentences"] == 8
+    assert result["bleu_signature"].startswith("nrefs:1|")
+    assert "tok:13a" in result["bleu_signature"]
+    assert result["chrf_signature"].startswith("nrefs:1|")
+    assert result["bleu_details"].startswith("BLEU = 100.00")
+
+
+def test_score_of_unrelated_words_is_0():
+    result = evaluate.score(["x y z w", "q r s t"], ["a b c d", "e f g h"])
+    assert result["bleu"] == 0.0 and result["chrf"] == 0.0
+
+
+def test_score_matches_sacrebleu():
+    import sacrebleu
+
+    hyps = ["the cat sat on the mat .", "a dog runs", ""]
+    refs = ["the cat sat on a mat .", "a dog is running", "hello world"]
+    result = evaluate.score(hyps, refs)
+    bleu = sacrebleu.corpus_bleu(hyps, [refs])
+    chrf = sacrebleu.corpus_chrf(hyps, [refs])
+    assert result["bleu"] == bleu.score and result["chrf"] == chrf.score
+    assert 0 < result["bleu"] < 100 and 0 < result["chrf"] < 100
+    assert result["bleu_details"] == str(bleu)
+    assert isinstance(result["bleu"], float) and isinstance(result["chrf"], float)
+    json.dumps(result)  # plain types only
+    with pytest.raises(ValueError, match="2 hypotheses but 3 references"):
+        evaluate.score(hyps[:2], refs)
+
+
+def test_default_out(tmp_path):
+    model = str(tmp_path / "run" / "translator.keras")
+    for source in ("data/val.de", "data/val.de.gz"):
+        expected = str(tmp_path / "run" / "eval-val.json")
+        assert evaluate.default_out(model, source) == expected
+    assert evaluate.default_out("translator.keras", "sources") == "eval-sources.json"
+
+
+def test_write_atomic(tmp_path):
+    path = tmp_path / "new" / "dir" / "out.txt"
+    evaluate.write_atomic(path, "Männer\n")
+    evaluate.write_atomic(path, "ß\n")  # replaces
+    assert path.read_text(encoding="utf-8") == "ß\n"
+    assert [p.name for p in path.parent.iterdir()] == ["out.txt"]  # no temp left
+
+
+# -- the command ---------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def model_path(tmp_path_factory):
+    """An untrained tiny translator saved as a .keras file."""
+    keras.utils.set_random_seed(0)
+    tokenizer = tk.make_tokenizer(tk.train_tokenizer(SENTENCES, 80))
+    model = kt.build_model(
+        "tiny",
+        src_vocab_size=tokenizer.vocabulary_size(),
+        share_embeddings=True,
+        d_model=32,
+        num_heads=2,
+        d_ff=64,
+        num_layers=1,
+        max_length=32,
+    )
+    path = tmp_path_factory.mktemp("model") / "translator.keras"
+    kt.Translator(tokenizer, model).save(path)
+    return path
+
+
+@pytest.fixture
+def data(tmp_path):
+    source = tmp_path / "test.de"
+    reference = tmp_path / "test.en"
+    source.write_text("\n".join(SENTENCES[10:15]) + "\n", encoding="utf-8")
+    reference.write_text("\n".join(SENTENCES[:5]) + "\n", encoding="utf-8")
+    return source, reference
+
+
+def test_end_to_end(model_path, data, tmp_path, capsys):
+    source, reference = data
+    out = tmp_path / "results" / "eval.json"
+    hyps = tmp_path / "results" / "hyps.txt"
+    argv = ["--model", str(model_path), "--source", str(source)]
+    argv += ["--reference", str(reference), "--out", str(out)]
+    argv += ["--hypotheses", str(hyps), "--batch-size", "2"]
+    result = evaluate.main(argv)
+    saved = json.loads(out.read_text(encoding="utf-8"))
+    assert saved == result
+    assert 0.0 <= saved["bleu"] <= 100.0 and 0.0 <= saved["chrf"] <= 100.0
+    assert saved["sentences"] == 5
+    assert saved["backend"] == keras.backend.backend()
+    assert saved["model"] == str(model_path)
+    assert saved["source"] == str(source) and saved["reference"] == str(reference)
+    assert saved["seconds"] >= 0
+    lines = hyps.read_text(encoding="utf-8").split("\n")
+    assert len(lines) == 6 and lines[-1] == ""  # five lines, each with "\n"
+    # The scores are those of the hypotheses written.
+    assert evaluate.score(lines[:5], SENTENCES[:5])["bleu"] == saved["bleu"]
+    printed = capsys.readouterr().out
+    assert "BLEU" in printed and "chrF" in printed and str(out) in printed
+
+
+def test_default_out_next_to_the_model(model_path, data):
+    source, reference = data
+    argv = ["--model", str(model_path), "--source", str(source)]
+    result = evaluate.main(argv + ["--reference", str(reference)])
+    out = model_path.parent / "eval-test.json"
+    assert json.loads(out.read_text(encoding="utf-8")) == result
+
+
+def run_failing(argv, capsys, out):
+    """Run main expecting exit status 2; it must leave the output files alone.
+
+    Returns:
+        What it printed to stderr.
+    """
+    out.write_text("earlier results\n")
+    hyps = out.parent / "hyps.txt"
+    with pytest.raises(SystemExit) as info:
+        evaluate.main(argv + ["--out", str(out), "--hypotheses", str(hyps)])
+    assert info.value.code == 2
+    assert out.read_text() == "earlier results\n"
+    assert not hyps.exists()
+    assert [p.name for p in out.parent.iterdir() if p.name.startswith(".")] == []
+    return capsys.readouterr().err
+
+
+def test_line_counts_differ(model_path, data, tmp_path, capsys):
+    source, _ = data
+    reference = tmp_path / "short.en"
+    reference.write_text("one\ntwo\n")
+    argv = ["--model", str(model_path), "--source", str(source)]
+    err = run_failing(argv + ["--reference", str(reference)], capsys, tmp_path / "o")
+    assert str(source) in err and str(reference) in err
+    assert "5 lines" in err and "has 2" in err
+
+
+def test_missing_source(model_path, data, tmp_path, capsys):
+    _, reference = data
+    source = tmp_path / "missing.de"
+    argv = ["--model", str(model_path), "--source", str(source)]
+    err = run_failing(argv + ["--reference", str(reference)], capsys, tmp_path / "o")
+    assert f"{source}: no such file" in err
+
+
+def test_bad_data_is_reported_before_the_model_is_loaded(data, tmp_path, capsys):
+    source, _ = data
+    reference = tmp_path / "blank.en"
+    reference.write_text("a\nb\n\nd\ne\n")
+    argv = ["--model", str(tmp_path / "absent.keras"), "--source", str(source)]
+    err = run_failing(argv + ["--reference", str(reference)], capsys, tmp_path / "o")
+    assert f"{reference}:3: empty line" in err
+
+
+def test_missing_model(data, tmp_path, capsys):
+    source, reference = data
+    model = tmp_path / "absent" / "translator.keras"
+    argv = ["--model", str(model), "--source", str(source)]
+    err = run_failing(argv + ["--reference", str(reference)], capsys, tmp_path / "o")
+    assert f"{model}: no such model file" in err
+    argv = ["--model", str(tmp_path), "--source", str(source)]
+    err = run_failing(argv + ["--reference", str(reference)], capsys, tmp_path / "o")
+    assert f"{tmp_path}: is a directory" in err
+
+
+def test_model_that_is_not_a_translator(data, tmp_path, capsys):
+    source, reference = data
+    model = tmp_path / "transformer.keras"
+    kt.build_model("tiny", src_vocab_size=20, d_model=16, num_heads=2, d_ff=32).save(
+        model
+    )
+    argv = ["--model", str(model), "--source", str(source)]
+    err = run_failing(argv + ["--reference", str(reference)], capsys, tmp_path / "o")
+    assert f"{model}: holds a Transformer, not a keras_transformer Translator" in err

@@ -1,0 +1,220 @@
+"""Translate a test set with a saved Translator and score it (BLEU, chrF).
+
+    python -m training.evaluate --model runs/x/translator.keras \\
+        --source data/val.de.gz --reference data/val.en.gz \\
+        [--out runs/x/eval-val.json] [--hypotheses runs/x/val.hyp] [--batch-size 64]
+
+The source and reference files are checked (same number of lines, no empty
+line, valid UTF-8) before the model is loaded, and a bad file, like a missing
+model, stops the run with exit status 2 and a message naming the file. Scores
+come from sacrebleu with its default settings (detokenized text, 13a
+tokenization for BLEU). The JSON written holds the scores, their sacrebleu
+signatures and the run's model, data, backend and translation time; by
+default it goes next to the model as ``eval-<source name>.json``. Output files
+are replaced atomically: a failed run leaves earlier results as they were.
+"""
+
+import argparse
+import json
+import os
+import time
+import uuid
+import warnings
+
+import keras
+
+import keras_transformer as kt
+from keras_transformer.data.corpus import CorpusError, read_parallel
+
+
+def score(hypotheses, references):
+    """Corpus BLEU and chrF of translations against one reference each.
+
+    Args:
+        hypotheses: list of str, the system's translations.
+        references: list of str, the reference translations, in the same
+            order.
+
+    Returns:
+        dict: ``bleu`` and ``chrf`` (floats, 0 to 100), their sacrebleu
+        signatures ``bleu_signature`` and ``chrf_signature`` (str),
+        ``bleu_details`` (sacrebleu's one-line summary with the n-gram
+        precisions and brevity penalty) and ``sentences`` (int).
+
+    Raises:
+        ValueError: the two lists differ in length.
+    """
+    import sacrebleu
+
+    hypotheses, references = list(hypotheses), list(references)
+    if len(hypotheses) != len(references):
+        raise ValueError(
+            f"{len(hypotheses)} hypotheses but {len(references)} references."
+        )
+    # The metric objects, rather than sacrebleu.corpus_bleu/corpus_chrf
+    # (which compute the same scores), also give the signatures.
+    bleu_metric = sacrebleu.BLEU()
+    chrf_metric = sacrebleu.CHRF()
+    bleu = bleu_metric.corpus_score(hypotheses, [references])
+    chrf = chrf_metric.corpus_score(hypotheses, [references])
+    return {
+        "bleu": float(bleu.score),
+        "chrf": float(chrf.score),
+        "bleu_signature": str(bleu_metric.get_signature()),
+        "chrf_signature": str(chrf_metric.get_signature()),
+        "bleu_details": str(bleu),
+        "sentences": len(hypotheses),
+    }
+
+
+def load_translator(path):
+    """The model saved at ``path`` (a ``.keras`` file).
+
+    Returns:
+        The loaded model; the caller checks that it is a ``kt.Translator``.
+
+    Raises:
+        FileNotFoundError: no such file.
+        IsADirectoryError: ``path`` is a directory.
+    """
+    if os.path.isdir(path):
+        raise IsADirectoryError(
+            f"{path}: is a directory; pass the .keras file inside it"
+        )
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"{path}: no such model file")
+    with warnings.catch_warnings():
+        # keras-hub 0.32 opens the vocabulary asset without closing it; the
+        # ResourceWarning is harmless but fatal under -W error.
+        warnings.simplefilter("ignore", ResourceWarning)
+        return keras.saving.load_model(path)
+
+
+def translate(translator, sources, batch_size):
+    """The translations of ``sources``, in order.
+
+    The one place that calls the decoder, so that decoding options (e.g. a
+    beam size) are added here and nowhere else.
+    """
+    return translator.translate(sources, batch_size=batch_size)
+
+
+def default_out(model_path, source_path):
+    """The default JSON path: ``<model dir>/eval-<source stem>.json``.
+
+    The stem is the file name without ``.gz`` and its last suffix, so
+    ``val.de`` and ``val.de.gz`` both give ``eval-val.json``.
+    """
+    name = os.path.basename(source_path)
+    if name.endswith(".gz"):
+        name = name[: -len(".gz")]
+    stem = os.path.splitext(name)[0]
+    return os.path.join(os.path.dirname(model_path), f"eval-{stem}.json")
+
+
+def write_atomic(path, text):
+    """Write ``text`` (UTF-8) to ``path`` so that readers see all or nothing.
+
+    The text goes to a temporary file in the same directory (created if
+    missing), which then replaces ``path`` in one ``os.replace``.
+    """
+    path = os.path.abspath(path)
+    directory = os.path.dirname(path)
+    os.makedirs(directory, exist_ok=True)
+    temp = os.path.join(
+        directory, f".{os.path.basename(path)}.{uuid.uuid4().hex[:8]}.tmp"
+    )
+    # os.open with 0o666 gives the permissions open() would (less the
+    # umask); tempfile.mkstemp's 0o600 would survive the rename.
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    try:
+        with open(fd, "w", encoding="utf-8", newline="\n") as file:
+            file.write(text)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temp, path)
+    except BaseException:
+        if os.path.exists(temp):
+            os.unlink(temp)
+        raise
+
+
+def _positive_int(text):
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def main(argv=None):
+    """Run the evaluation; ``argv`` as for ``argparse`` (None: ``sys.argv``).
+
+    Returns:
+        dict: what the JSON file holds (see the module docstring).
+
+    Raises:
+        SystemExit: status 2 for bad arguments, bad data or a missing model.
+    """
+    parser = argparse.ArgumentParser(
+        prog="python -m training.evaluate", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument("--model", required=True, help="a saved translator.keras")
+    parser.add_argument("--source", required=True, help="source sentences")
+    parser.add_argument("--reference", required=True, help="reference translations")
+    parser.add_argument(
+        "--out", help="JSON results (default: <model dir>/eval-<source>.json)"
+    )
+    parser.add_argument("--hypotheses", help="also write the translations here")
+    parser.add_argument("--batch-size", type=_positive_int, default=64)
+    args = parser.parse_args(argv)
+    out = args.out or default_out(args.model, args.source)
+
+    def fail(message):
+        parser.exit(2, f"{parser.prog}: error: {message}\n")
+
+    # Everything that can be checked cheaply is, before the slow part.
+    for path in (out, args.hypotheses):
+        if path is not None and os.path.isdir(path):
+            fail(f"{path}: is a directory, not an output file")
+    try:
+        sources, references = read_parallel(args.source, args.reference)
+    except CorpusError as error:
+        fail(str(error))
+    try:
+        translator = load_translator(args.model)
+    except OSError as error:
+        fail(str(error))
+    if not isinstance(translator, kt.Translator):
+        fail(
+            f"{args.model}: holds a {type(translator).__name__}, not a "
+            "keras_transformer Translator"
+        )
+
+    start = time.perf_counter()
+    hypotheses = translate(translator, sources, args.batch_size)
+    seconds = time.perf_counter() - start
+
+    result = score(hypotheses, references)
+    result.update(
+        model=args.model,
+        source=args.source,
+        reference=args.reference,
+        backend=keras.backend.backend(),
+        seconds=round(seconds, 3),
+    )
+    # Hypotheses first: the JSON, written last, marks a finished run.
+    if args.hypotheses:
+        write_atomic(args.hypotheses, "".join(f"{h}\n" for h in hypotheses))
+    write_atomic(out, json.dumps(result, indent=2, ensure_ascii=False) + "\n")
+
+    print(
+        f"BLEU {result['bleu']:.2f}  chrF {result['chrf']:.2f}  "
+        f"({result['sentences']} sentences, {seconds:.1f} s)"
+    )
+    print(f"  {result['bleu_details']}")
+    print(f"  wrote {out}")
+    return result
+
+
+if __name__ == "__main__":
+    main()
