@@ -3,6 +3,7 @@
 Runs on TensorFlow, JAX and PyTorch (choose with ``KERAS_BACKEND``).
 """
 
+from keras_transformer.distribute import DataParallelSetup, data_parallel
 from keras_transformer.layers import (
     DecoderBlock,
     EncoderBlock,
@@ -28,6 +29,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "CONFIGS",
+    "DataParallelSetup",
     "DecoderBlock",
     "EncoderBlock",
     "LabelSmoothedCrossEntropy",
@@ -42,6 +44,7 @@ __all__ = [
     "Translator",
     "build_model",
     "causal_mask",
+    "data_parallel",
     "get_config",
     "padding_mask",
     "sinusoidal_table",

@@ -6,18 +6,27 @@ import keras
 from keras import ops
 
 
-def _scale_for_replicas(value):
-    """Divide by the replica count under tf.distribute, as Keras' mean losses do.
+def _global_mean(total, count):
+    """``total / count`` over the global batch, also under tf.distribute.
 
-    Each replica's gradients are summed, so each replica's mean is scaled by
-    1 / num_replicas; other backends need nothing.
+    Under ``tf.distribute`` each replica sees a slice of the batch and the
+    replicas' gradients are summed. Dividing each replica's ``total`` by the
+    token count of the *whole* batch (summed across replicas) makes that sum
+    the gradient of the global per-token mean. (Keras' own mean losses
+    instead divide each replica's mean by the replica count, which equals the
+    global mean only when every replica holds as many real tokens.) For the
+    reported loss Keras multiplies each replica's value by N and averages
+    over the replicas, which gives the global mean again when the replicas
+    hold as many rows each. Other backends compute on the global batch.
     """
-    if keras.backend.backend() != "tensorflow":
-        return value
-    import tensorflow as tf
+    if keras.backend.backend() == "tensorflow":
+        import tensorflow as tf
 
-    replicas = tf.distribute.get_strategy().num_replicas_in_sync
-    return value if replicas == 1 else value * (1.0 / replicas)
+        replicas = tf.distribute.get_strategy().num_replicas_in_sync
+        context = tf.distribute.get_replica_context()
+        if replicas > 1 and context is not None:
+            count = context.all_reduce(tf.distribute.ReduceOp.SUM, count)
+    return ops.divide_no_nan(total, count)
 
 
 def _check_pad_id(pad_id):
@@ -179,8 +188,8 @@ class LabelSmoothedCrossEntropy(keras.losses.Loss):
             else:  # "sum_over_batch_size", "mean": per real token
                 count = ops.sum(ops.cast(real, "float32"))
             # No real tokens: 0 / 0 gives 0, not NaN (and zero gradients).
-            # Scaled like Keras' own mean losses under tf.distribute.
-            return _scale_for_replicas(ops.divide_no_nan(total, count))
+            # Over the global batch also under tf.distribute (_global_mean).
+            return _global_mean(total, count)
 
     def get_config(self):
         config = super().get_config()

@@ -220,6 +220,53 @@ def test_bad_ids_and_budgets():
         make_batches([[5]], [[7]], 16, [16, 8])
 
 
+def test_rows_multiple_for_data_parallel_replicas():
+    src, tgt = skewed_corpus()
+    boundaries = [8, 16, 24, 40, 64]
+    # 256 tokens: 32, 16, 10, 6, 4 rows; in multiples of 4: 32, 16, 8, 4, 4.
+    expected = {8: 32, 16: 16, 24: 8, 40: 4, 64: 4}
+    batches, _ = make_batches(src, tgt, 256, boundaries, rows_multiple=4)
+    assert unpad(batches) == as_counter(src, tgt)
+    rows = {labels.shape[1]: labels.shape[0] for _, labels in batches}
+    assert rows == expected
+    for inputs, labels in batches:
+        assert labels.shape[0] * labels.shape[1] <= 256
+        assert all(a.shape == labels.shape for a in inputs.values())
+
+    dataset = BucketedDataset(src, tgt, 256, boundaries, rows_multiple=4, seed=1)
+    assert {dataset[i][1].shape[0] % 4 for i in range(len(dataset))} == {0}
+    assert unpad(dataset) == as_counter(src, tgt)
+
+
+def test_rows_multiple_default_is_plain_budget():
+    src, tgt = skewed_corpus()
+    boundaries = [8, 16, 24, 40, 64]
+    plain, _ = make_batches(src, tgt, 256, boundaries, seed=5)
+    ones, _ = make_batches(src, tgt, 256, boundaries, seed=5, rows_multiple=1)
+    assert {labels.shape for _, labels in plain} == {(256 // n, n) for n in boundaries}
+    assert len(plain) == len(ones)
+    for (a, y), (b, z) in zip(plain, ones, strict=True):
+        np.testing.assert_array_equal(y, z)
+        for name in a:
+            np.testing.assert_array_equal(a[name], b[name])
+
+
+def test_rows_multiple_too_large_or_malformed():
+    # 64 // 24 = 2 rows at the largest bucket: not enough for 4 replicas,
+    # even though no example here reaches that bucket.
+    message = r"batch_tokens=64 .*rows_multiple=4 .*bucket length 24"
+    with pytest.raises(ValueError, match=message):
+        make_batches([[5]], [[7]], 64, [8, 16, 24], rows_multiple=4)
+    with pytest.raises(ValueError, match=message):
+        BucketedDataset([[5]], [[7]], 64, [8, 16, 24], rows_multiple=4)
+    batches, _ = make_batches([[5]], [[7]], 64, [8, 16, 24], rows_multiple=2)
+    assert batches[0][1].shape == (8, 8)
+    with pytest.raises(ValueError, match="rows_multiple must be >= 1"):
+        make_batches([[5]], [[7]], 64, [8], rows_multiple=0)
+    with pytest.raises(TypeError, match="rows_multiple must be an int"):
+        make_batches([[5]], [[7]], 64, [8], rows_multiple=2.0)
+
+
 class RecordingDataset(BucketedDataset):
     """Remembers the shape of every batch handed to Keras."""
 
@@ -259,3 +306,41 @@ def test_model_fit_on_buckets():
     # Keras called on_epoch_end (also once before the first epoch).
     assert dataset.epoch >= 1
     keras.utils.clear_session()
+
+
+def test_epoch_view_is_the_epochs_fixed_order_minus_skipped_batches():
+    src, tgt = skewed_corpus()
+    dataset = BucketedDataset(src, tgt, 64, [4, 8, 16, 32], seed=3)
+    full = dataset.epoch_view(2)
+    assert len(full) == len(dataset)
+    # The same epoch always gives the same batches; other epochs differ.
+    again = dataset.epoch_view(2)
+    for i in range(len(full)):
+        for name in ("encoder_inputs", "decoder_inputs"):
+            np.testing.assert_array_equal(full[i][0][name], again[i][0][name])
+    assert any(
+        not np.array_equal(full[i][1], dataset.epoch_view(3)[i][1])
+        for i in range(len(full))
+        if full[i][1].shape == dataset.epoch_view(3)[i][1].shape
+    )
+    full.on_epoch_end()  # changes nothing
+    np.testing.assert_array_equal(full[0][1], again[0][1])
+
+    # Skipping k batches serves exactly the others (in the same order, except
+    # on TensorFlow, where the shortest and longest remaining come first).
+    rest = dataset.epoch_view(2, skip=5)
+    assert len(rest) == len(full) - 5
+    key = lambda b: (b[1].shape, b[1].tobytes())  # noqa: E731
+    served = [key(rest[i]) for i in range(len(rest))]
+    expected = [key(full[i]) for i in range(5, len(full))]
+    if keras.backend.backend() == "tensorflow":
+        assert sorted(served) == sorted(expected)
+        lengths = [shape[1] for shape, _ in expected]
+        assert {served[0][0][1], served[1][0][1]} == {min(lengths), max(lengths)}
+    else:
+        assert served == expected
+    assert len(dataset.epoch_view(2, skip=len(dataset))) == 0
+    with pytest.raises(ValueError, match="skip"):
+        dataset.epoch_view(2, skip=len(dataset) + 1)
+    with pytest.raises(IndexError):
+        rest[len(rest)]

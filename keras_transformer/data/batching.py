@@ -24,7 +24,10 @@ Conventions:
   bucket gives one sequence length for everything.
 - **Batch size.** A bucket of length ``L`` is cut into batches of
   ``rows = batch_tokens // L`` examples, so ``rows · L <= batch_tokens`` per
-  input. A bucket's last, partial batch is filled up with all-padding rows:
+  input. With ``rows_multiple = k`` the rows are rounded down to a multiple
+  of ``k`` (``(batch_tokens // L) // k · k``), so that every batch splits
+  evenly over ``k`` data-parallel replicas. A bucket's last, partial batch is
+  filled up with all-padding rows:
   each bucket then comes with exactly one array shape, and a compiled step
   (``jax.jit``, XLA) is traced once per bucket rather than once per batch.
   Padding rows carry no loss (their labels are all padding).
@@ -86,6 +89,7 @@ def make_batches(
     shuffle=True,
     seed=0,
     drop_longer=True,
+    rows_multiple=1,
 ):
     """Bucket, batch and pad a parallel corpus of token ids (one epoch).
 
@@ -105,14 +109,24 @@ def make_batches(
         seed: int or sequence of ints for ``np.random.default_rng``.
         drop_longer: drop examples longer than the largest boundary;
             otherwise raise ``ValueError``.
+        rows_multiple: int, every batch's rows are a multiple of it (e.g. the
+            number of data-parallel replicas, so each gets an equal share).
 
     Returns:
         ``(batches, dropped)``: ``batches`` is a list of ``(inputs, labels)``
         with ``inputs = {"encoder_inputs": ..., "decoder_inputs": ...}``, all
         three int32 arrays of shape ``(rows, bucket_length)``; ``dropped`` is
         the sorted list of the indices of examples that were too long.
+
+    Raises:
+        ValueError: for malformed ids or boundaries, examples too long (with
+            ``drop_longer=False``), or a ``batch_tokens`` too small for one
+            row (``rows_multiple`` rows) at the largest boundary.
+        TypeError: if ``batch_tokens`` or ``rows_multiple`` is not an int.
     """
-    plan = _BucketPlan(src_ids, tgt_ids, batch_tokens, boundaries, drop_longer)
+    plan = _BucketPlan(
+        src_ids, tgt_ids, batch_tokens, boundaries, drop_longer, rows_multiple
+    )
     rng = np.random.default_rng(seed) if shuffle else None
     return [plan.batch(entry) for entry in plan.epoch(rng)], plan.dropped
 
@@ -137,8 +151,8 @@ class BucketedDataset(keras.utils.PyDataset):
     leaves those open.
 
     Args:
-        src_ids, tgt_ids, batch_tokens, boundaries, drop_longer: as for
-            ``make_batches``.
+        src_ids, tgt_ids, batch_tokens, boundaries, drop_longer,
+            rows_multiple: as for ``make_batches``.
         shuffle: reshuffle every epoch (False: the fixed order of
             ``make_batches(shuffle=False)``, e.g. for validation data).
         seed: int seed.
@@ -160,11 +174,12 @@ class BucketedDataset(keras.utils.PyDataset):
         shuffle=True,
         seed=0,
         drop_longer=True,
+        rows_multiple=1,
         **kwargs,
     ):
         super().__init__(**kwargs)
         self._plan = _BucketPlan(
-            src_ids, tgt_ids, batch_tokens, boundaries, drop_longer
+            src_ids, tgt_ids, batch_tokens, boundaries, drop_longer, rows_multiple
         )
         self.dropped = self._plan.dropped
         self.shuffle = bool(shuffle)
@@ -187,6 +202,50 @@ class BucketedDataset(keras.utils.PyDataset):
     def on_epoch_end(self):
         self.epoch += 1
         self._order = self._new_order()
+
+    def epoch_view(self, epoch, skip=0):
+        """The batches of epoch ``epoch`` in a fixed order, without the first ``skip``.
+
+        For training loops that call ``fit`` once per epoch and resume in the
+        middle of one: epoch ``e`` always has the order drawn from
+        ``np.random.default_rng([seed, e])`` (or the fixed order without
+        shuffling), whatever happened before, and ``skip`` leaves out the
+        batches already trained. On the TensorFlow backend the remaining
+        batches start with one of the shortest and one of the longest bucket
+        (see the class docstring); elsewhere their order is kept.
+
+        Args:
+            epoch: int >= 0.
+            skip: int in ``[0, len(self)]``, batches to leave out.
+
+        Returns:
+            A ``keras.utils.PyDataset`` with ``len(self) - skip`` batches whose
+            ``on_epoch_end`` changes nothing.
+        """
+        if not 0 <= skip <= len(self):
+            raise ValueError(f"skip must be in [0, {len(self)}]. Received: {skip}")
+        rng = np.random.default_rng([self.seed, int(epoch)]) if self.shuffle else None
+        order = self._plan.epoch(rng)[skip:]
+        if skip and keras.backend.backend() == "tensorflow":
+            order = _shortest_and_longest_first(order)
+        return _FixedOrder(self._plan, order)
+
+
+class _FixedOrder(keras.utils.PyDataset):
+    """Some batches of a ``_BucketPlan`` in a given order (``epoch_view``)."""
+
+    def __init__(self, plan, order):
+        super().__init__()
+        self._plan = plan
+        self._order = order
+
+    def __len__(self):
+        return len(self._order)
+
+    def __getitem__(self, index):
+        if not 0 <= index < len(self._order):
+            raise IndexError(f"Batch index {index} out of range [0, {len(self)}).")
+        return self._plan.batch(self._order[index])
 
 
 def padding_fraction(batches):
@@ -226,9 +285,10 @@ def _shortest_and_longest_first(order):
     """Move a batch of the shortest and one of the longest bucket to the front.
 
     Keras' TensorFlow backend fixes a ``PyDataset``'s input signature from its
-    first two batches. Rows (``batch_tokens // length``) never grow with the
-    length, so these two batches differ in every dimension that differs
-    between any two batches, and the signature leaves exactly those open.
+    first two batches. Rows (``batch_tokens // length``, rounded down to a
+    multiple of ``rows_multiple``) never grow with the length, so these two
+    batches differ in every dimension that differs between any two batches,
+    and the signature leaves exactly those open.
     Otherwise two batches of one bucket fix the length, and the first batch of
     another bucket fails (observed with Keras 3.15: "`generator` yielded an
     element of shape (2, 24) where an element of shape (None, 16) was
@@ -246,7 +306,9 @@ def _shortest_and_longest_first(order):
 class _BucketPlan:
     """The examples, sorted into buckets once; orders and arrays per epoch."""
 
-    def __init__(self, src_ids, tgt_ids, batch_tokens, boundaries, drop_longer):
+    def __init__(
+        self, src_ids, tgt_ids, batch_tokens, boundaries, drop_longer, rows_multiple=1
+    ):
         self.src = _id_lists(src_ids, "src_ids")
         self.tgt = _id_lists(tgt_ids, "tgt_ids")
         if len(self.src) != len(self.tgt):
@@ -263,10 +325,24 @@ class _BucketPlan:
             )
         _check_positive_int(boundaries[0], "the smallest boundary")
         _check_positive_int(batch_tokens, "batch_tokens")
+        _check_positive_int(rows_multiple, "rows_multiple")
         if batch_tokens < boundaries[-1]:
             raise ValueError(
                 f"batch_tokens ({batch_tokens}) must be at least the largest "
                 f"boundary ({boundaries[-1]}), so that every batch has a row."
+            )
+        self.rows = {
+            length: (batch_tokens // length) // rows_multiple * rows_multiple
+            for length in boundaries
+        }
+        # Rows never grow with the length, so the largest boundary decides;
+        # checked whether or not the data reach it, like the one above.
+        if self.rows[boundaries[-1]] == 0:
+            raise ValueError(
+                f"batch_tokens={batch_tokens} is too small for "
+                f"rows_multiple={rows_multiple} replicas at bucket length "
+                f"{boundaries[-1]}: one row per replica needs batch_tokens >= "
+                f"{rows_multiple * boundaries[-1]}."
             )
         lengths = np.array(
             [max(len(s), len(t) + 1) for s, t in zip(self.src, self.tgt, strict=True)],
@@ -288,7 +364,6 @@ class _BucketPlan:
             for b in range(len(boundaries))
             if np.any(bucket == b)
         }
-        self.rows = {length: batch_tokens // length for length in self.buckets}
 
     def _check_ids(self):
         for name, rows, banned in (

@@ -1,0 +1,129 @@
+"""Callbacks for long training runs: a time budget and resumable checkpoints."""
+
+import time
+
+import keras
+
+from keras_transformer import checkpoints
+
+
+class TimeBudget(keras.callbacks.Callback):
+    """Stop training cleanly once a time budget is spent.
+
+    The clock runs from ``on_train_begin`` and adds to ``elapsed`` (seconds
+    already trained, e.g. before an interruption), so a resumed run gets only
+    what is left of the budget. When the budget is spent the callback sets
+    ``model.stop_training`` at the end of a batch; Keras then ends the epoch
+    as usual (validation and ``on_epoch_end`` still run).
+
+    Args:
+        max_seconds: float > 0, or None for no limit (the clock still runs).
+        elapsed: float, seconds already spent.
+    """
+
+    def __init__(self, max_seconds=None, elapsed=0.0):
+        super().__init__()
+        if max_seconds is not None and not max_seconds > 0:
+            raise ValueError(f"max_seconds must be > 0. Received: {max_seconds!r}")
+        self.max_seconds = max_seconds
+        self._before = float(elapsed)
+        self._start = None
+
+    @property
+    def elapsed(self):
+        """Seconds trained, this run included."""
+        if self._start is None:
+            return self._before
+        return self._before + time.monotonic() - self._start
+
+    @property
+    def exhausted(self):
+        return self.max_seconds is not None and self.elapsed >= self.max_seconds
+
+    def on_train_begin(self, logs=None):
+        self._start = time.monotonic()
+
+    def on_train_end(self, logs=None):
+        self._before = self.elapsed
+        self._start = None
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self.exhausted:
+            self.model.stop_training = True
+
+
+class Checkpointer(keras.callbacks.Callback):
+    """Save resumable checkpoints every ``every_steps`` steps and per epoch.
+
+    A checkpoint records where in the data it was taken: ``epoch`` (0-based)
+    and ``batch`` (batches of that epoch already trained), so a resumed run
+    can skip exactly those. It is written at every ``every_steps`` optimizer
+    steps and at the end of every ``fit`` epoch, whether the epoch was
+    complete or stopped early (then ``batch`` says how far it got).
+
+    Args:
+        directory: where checkpoints go (see ``keras_transformer.checkpoints``).
+        epoch_length: batches in a full epoch.
+        every_steps: int >= 1 or None (only at epoch ends).
+        keep: int or None, how many checkpoints to keep.
+        budget: optional ``TimeBudget`` whose ``elapsed`` is recorded.
+        extra_state: optional dict merged into every ``state.json``.
+
+    Attributes:
+        first_batch: batches of the current epoch trained before this ``fit``
+            (set it before a ``fit`` that resumes mid-epoch).
+        last_path: the newest checkpoint written.
+    """
+
+    def __init__(
+        self,
+        directory,
+        epoch_length,
+        every_steps=None,
+        keep=None,
+        budget=None,
+        extra_state=None,
+    ):
+        super().__init__()
+        self.directory = directory
+        self.epoch_length = int(epoch_length)
+        self.every_steps = every_steps
+        self.keep = keep
+        self.budget = budget
+        self.extra_state = dict(extra_state or {})
+        self.first_batch = 0
+        self.last_path = None
+        self._epoch = 0
+        self._done = 0
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._epoch = epoch
+        self._done = self.first_batch
+
+    def on_train_batch_end(self, batch, logs=None):
+        self._done = self.first_batch + batch + 1
+        if self.every_steps and self._iterations() % self.every_steps == 0:
+            self._save(self._epoch, self._done)
+
+    def on_epoch_end(self, epoch, logs=None):
+        self._save(epoch, self._done, logs)
+        self.first_batch = 0
+
+    def _iterations(self):
+        return int(keras.ops.convert_to_numpy(self.model.optimizer.iterations))
+
+    def _save(self, epoch, batch, logs=None):
+        if batch >= self.epoch_length:  # a finished epoch resumes at the next
+            epoch, batch = epoch + 1, 0
+        state = dict(self.extra_state)
+        state.update(
+            epoch=int(epoch),
+            batch=int(batch),
+            iterations=self._iterations(),
+            elapsed_seconds=round(self.budget.elapsed, 3) if self.budget else None,
+        )
+        if logs:
+            state["logs"] = {k: float(v) for k, v in logs.items()}
+        self.last_path = checkpoints.save_checkpoint(
+            self.model, self.directory, state, keep=self.keep
+        )

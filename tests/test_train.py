@@ -1,0 +1,314 @@
+"""training.train end to end: outputs, resume after kill -9, bad input, --out."""
+
+import gzip
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import keras
+import numpy as np
+import pytest
+
+from keras_transformer import checkpoints
+from training import train
+from training.evaluate import load_translator
+
+REPO = Path(__file__).resolve().parents[1]
+MULTI30K = REPO.parent / "shared" / "data" / "multi30k"
+
+# A model small enough that a run takes seconds.
+SMALL = [
+    "--num-layers", "1", "--d-model", "32", "--num-heads", "2", "--d-ff", "64",
+    "--max-length", "64", "--vocab-size", "60", "--batch-tokens", "256",
+    "--bucket-lengths", "16,64",
+]  # fmt: skip
+NUMBERS = ["--task", "numbers", "--train-size", "300", "--val-size", "40",
+           "--test-size", "40"]  # fmt: skip
+
+
+def run(out, *extra):
+    return train.main([*NUMBERS, *SMALL, "--out", str(out), *extra])
+
+
+def usage_error(capsys, argv):
+    with pytest.raises(SystemExit) as raised:
+        train.main(argv)
+    assert raised.value.code == 2
+    return capsys.readouterr().err
+
+
+def weights(model):
+    return [keras.ops.convert_to_numpy(w) for w in model.weights]
+
+
+def test_numbers_run_writes_everything(tmp_path):
+    out = tmp_path / "run"
+    results = run(
+        out, "--epochs", "2", "--average-last", "2", "--checkpoint-steps", "3"
+    )
+    assert sorted(os.listdir(out)) == [
+        "checkpoints", "logs", "results.json", "run.json", "tokenizer.model",
+        "translator.keras",
+    ]  # fmt: skip
+    run_info = json.loads((out / "run.json").read_text())
+    assert run_info["status"] == "finished"
+    assert run_info["backend"] == keras.backend.backend()
+    saved = json.loads((out / "results.json").read_text())
+    assert saved == pytest.approx(results)
+    assert saved["split"] == "test" and saved["sentences"] == 40
+    assert 0.0 <= saved["exact_match"] <= 1.0
+    # TensorBoard event files for training and validation.
+    logs = [str(p) for p in (out / "logs").rglob("events.out.tfevents.*")]
+    assert any("train" in p for p in logs) and any("validation" in p for p in logs)
+
+    translator = load_translator(out / "translator.keras")
+    assert type(translator).__name__ == "Translator"
+    assert all(isinstance(t, str) for t in translator.translate(["one", "two"]))
+
+    # --average-last 2: the final model is the mean of the two checkpoints
+    # kept, the last of which is the end of training.
+    paths = checkpoints.list_checkpoints(out / "checkpoints")
+    assert len(paths) == 2
+    assert checkpoints.read_state(paths[-1])["epoch"] == 2
+    model = translator.transformer
+    snapshots = []
+    for path in paths:
+        checkpoints.load_checkpoint(model, path)
+        snapshots.append(weights(model))
+    final = load_translator(out / "translator.keras").transformer
+    for a, b, mean in zip(*snapshots, weights(final), strict=True):
+        np.testing.assert_allclose(mean, (a.astype("float64") + b) / 2, rtol=1e-6)
+    assert any(not np.array_equal(a, b) for a, b in zip(*snapshots, strict=True))
+
+
+def test_finished_run_is_not_clobbered(tmp_path, capsys):
+    out = tmp_path / "run"
+    run(out, "--epochs", "1")
+    before = (out / "translator.keras").read_bytes()
+    err = usage_error(capsys, [*NUMBERS, *SMALL, "--out", str(out), "--epochs", "1"])
+    assert "finished run" in err and "--overwrite" in err
+    assert (out / "translator.keras").read_bytes() == before
+    # Bad data fails before --overwrite clears anything.
+    data = tmp_path / "data"
+    write_corpus(data, GOOD)
+    (data / "val.en").write_bytes(b"a \xff dog\n")
+    files = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
+    bad = ["--data", str(data), "--source", "de", "--target", "en"]
+    err = usage_error(capsys, [*bad, *SMALL, "--out", str(out), "--overwrite"])
+    assert "val.en:1" in err
+    assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == files
+    # --overwrite trains again; a different seed gives a different model.
+    run(out, "--epochs", "1", "--seed", "1", "--overwrite")
+    assert (out / "translator.keras").read_bytes() != before
+
+
+def test_out_with_foreign_files_or_other_settings_is_refused(tmp_path, capsys):
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("mine")
+    for extra in ([], ["--overwrite"]):
+        err = usage_error(capsys, [*NUMBERS, *SMALL, "--out", str(foreign), *extra])
+        assert str(foreign) in err
+    assert (foreign / "notes.txt").read_text() == "mine"
+    assert sorted(os.listdir(foreign)) == ["notes.txt"]
+
+    # An unfinished run resumes only with the same settings.
+    out = tmp_path / "run"
+    out.mkdir()
+    argv = [*NUMBERS, *SMALL, "--out", str(out)]
+    info = {"status": "running", "settings": train.settings(train.parse_args(argv))}
+    (out / "run.json").write_text(json.dumps(info))
+    err = usage_error(
+        capsys, [*NUMBERS, *SMALL, "--out", str(out), "--label-smoothing", "0.2"]
+    )
+    assert "other settings" in err and "label_smoothing" in err
+
+
+def write_corpus(folder, pairs, suffix=""):
+    folder.mkdir(parents=True, exist_ok=True)
+    for split, (de, en) in pairs.items():
+        for lang, lines in (("de", de), ("en", en)):
+            data = "".join(line + "\n" for line in lines).encode("utf-8")
+            path = folder / f"{split}.{lang}{suffix}"
+            path.write_bytes(gzip.compress(data) if suffix == ".gz" else data)
+
+
+GOOD = {
+    "train": (
+        ["ein Hund", "zwei Katzen", "ein Haus"],
+        ["a dog", "two cats", "a house"],
+    ),
+    "val": (["ein Hund"], ["a dog"]),
+}
+
+
+@pytest.mark.parametrize(
+    "case, file, line, message",
+    [
+        ("different line counts", "train.en", 3, "line"),
+        ("empty line", "train.de", 2, "empty"),
+        ("invalid UTF-8", "val.en", 1, "UTF-8"),
+        ("missing file", "val.de", None, "no val.de"),
+        ("empty file", "train.de", None, "empty"),
+    ],
+)
+def test_bad_parallel_files_fail_before_anything_is_written(
+    tmp_path, capsys, case, file, line, message
+):
+    data = tmp_path / "data"
+    write_corpus(data, GOOD)
+    path = data / file
+    if case == "different line counts":
+        path.write_text("a dog\ntwo cats\n")
+        line = 3  # the line train.de has and train.en lacks
+        file = "train.de"
+    elif case == "empty line":
+        path.write_text("ein Hund\n\nein Haus\n")
+    elif case == "invalid UTF-8":
+        path.write_bytes(b"a \xff dog\n")
+    elif case == "missing file":
+        path.unlink()
+    elif case == "empty file":
+        path.write_bytes(b"")
+    out = tmp_path / "out"
+    argv = ["--data", str(data), "--source", "de", "--target", "en", *SMALL]
+    err = usage_error(capsys, [*argv, "--out", str(out)])
+    assert f"{file}:{line}" in err if line else file in err
+    assert message.lower() in err.lower()
+    assert not out.exists()
+
+
+def test_parallel_text_path_on_a_few_hundred_lines(tmp_path):
+    """The Multi30k code path (gzip files, BPE, BLEU), on 200 lines."""
+    data = tmp_path / "data"
+    if MULTI30K.is_dir():
+        corpus = {}
+        for split, size in (("train", 200), ("val", 20)):
+            de = gzip.open(MULTI30K / f"{split}.de.gz", "rt").read().splitlines()
+            en = gzip.open(MULTI30K / f"{split}.en.gz", "rt").read().splitlines()
+            # Short lines, so that no validation source is longer than the
+            # test model's max_length (which would warn and truncate).
+            pairs = [
+                (d, e) for d, e in zip(de, en, strict=True) if max(len(d), len(e)) <= 60
+            ]
+            corpus[split] = tuple(zip(*pairs[:size], strict=True))
+    else:  # a clone without ../shared: the number task's text instead
+        from keras_transformer.data import make_splits
+
+        splits = make_splits(0, 200, 20, 1)
+        corpus = {"train": splits["train"][::-1], "val": splits["validation"][::-1]}
+    write_corpus(data, corpus, suffix=".gz")
+    results = train.main(
+        ["--data", str(data), "--source", "de", "--target", "en", *SMALL]
+        + ["--vocab-size", "300", "--tokenizer", "bpe", "--epochs", "1"]
+        + ["--out", str(tmp_path / "out")]
+    )
+    assert results["split"] == "validation" and results["sentences"] == 20
+    assert 0.0 <= results["bleu"] <= 100.0 and 0.0 <= results["chrf"] <= 100.0
+
+
+def test_time_budget_stops_training(tmp_path, capsys):
+    results = run(tmp_path / "run", "--max-minutes", "0.0001", "--epochs", "50")
+    output = capsys.readouterr().out
+    assert "(time budget)" in output
+    state = checkpoints.read_state(
+        checkpoints.list_checkpoints(tmp_path / "run" / "checkpoints")[-1]
+    )
+    assert state["epoch"] == 0 and state["iterations"] == 1
+    assert results["trained_seconds"] >= 0.0
+
+
+def _latest_position(folder):
+    found = checkpoints.list_checkpoints(folder)
+    if not found:
+        return None
+    try:
+        state = checkpoints.read_state(found[-1])
+    except (OSError, ValueError):
+        return None
+    return state["epoch"], state["batch"]
+
+
+def test_resume_after_kill_continues_from_last_checkpoint(tmp_path, capsys):
+    argv = [*NUMBERS, *SMALL, "--train-size", "400", "--batch-tokens", "128"]
+    argv += ["--dropout", "0", "--epochs", "2", "--checkpoint-steps", "1"]
+    # The same run, uninterrupted, for reference.
+    reference = run_in_process(argv, tmp_path / "reference")
+    epoch_length = (
+        checkpoints.read_state(
+            checkpoints.list_checkpoints(tmp_path / "reference" / "checkpoints")[-1]
+        )["iterations"]
+        // 2
+    )
+
+    out = tmp_path / "killed"
+    env = dict(os.environ, PYTHONPATH=str(REPO), TF_CPP_MIN_LOG_LEVEL="3")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "training.train", *argv, "--out", str(out)],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline:
+            position = _latest_position(out / "checkpoints")
+            if position is not None and position[0] == 0 and position[1] >= 3:
+                break
+            if process.poll() is not None:
+                pytest.fail("the training process ended before it could be killed")
+            time.sleep(0.02)
+        else:
+            pytest.fail("no mid-epoch checkpoint within 240 s")
+        os.kill(process.pid, signal.SIGKILL)
+    finally:
+        process.wait(timeout=60)
+    killed_at = _latest_position(out / "checkpoints")
+    assert killed_at[0] == 0 and 0 < killed_at[1] < epoch_length
+    assert not (out / "translator.keras").exists()
+
+    capsys.readouterr()
+    resumed = run_in_process(argv, out)
+    assert "resuming from" in capsys.readouterr().out
+    final = checkpoints.read_state(
+        checkpoints.list_checkpoints(out / "checkpoints")[-1]
+    )
+    assert (final["epoch"], final["batch"]) == (2, 0)
+    assert final["iterations"] == 2 * epoch_length  # no batch trained twice
+    assert resumed["sentences"] == reference["sentences"]
+    a = load_translator(tmp_path / "reference" / "translator.keras")
+    b = load_translator(out / "translator.keras")
+    if keras.backend.backend() != "tensorflow":
+        # Same batches in the same order from the same weights and optimizer
+        # state (no dropout): the same model. (On TensorFlow a resumed epoch
+        # starts with its shortest and longest remaining batch; see
+        # BucketedDataset.epoch_view.)
+        for x, y in zip(weights(a), weights(b), strict=True):
+            np.testing.assert_allclose(x, y, rtol=1e-4, atol=1e-5)
+
+
+def run_in_process(argv, out):
+    return train.main([*argv, "--out", str(out)])
+
+
+def test_data_parallel(tmp_path, capsys):
+    argv = [*NUMBERS, *SMALL, "--epochs", "1", "--data-parallel"]
+    if keras.backend.backend() == "torch":
+        err = usage_error(capsys, [*argv, "--out", str(tmp_path / "run")])
+        assert "torch" in err and not (tmp_path / "run").exists()
+        return
+    if keras.backend.backend() == "jax":
+        import jax
+
+        if jax.device_count() < 2:
+            pytest.skip("needs XLA_FLAGS=--xla_force_host_platform_device_count=4")
+    try:
+        run(tmp_path / "run", "--epochs", "1", "--data-parallel")
+    finally:
+        keras.distribution.set_distribution(None)
+    assert "data parallel:" in capsys.readouterr().out

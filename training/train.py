@@ -1,0 +1,608 @@
+"""Train a Transformer translator with ``model.fit`` and save ``translator.keras``.
+
+Built-in task (no download), English number words to German::
+
+    python -m training.train --task numbers --config tiny --out runs/numbers
+
+Parallel text (``train.{src,tgt}`` and ``val.{src,tgt}``, plain or ``.gz``,
+one sentence per line)::
+
+    python -m training.train --data ../shared/data/multi30k --source de \\
+        --target en --config small --out runs/multi30k
+
+The paper's recipe: Adam (β1 0.9, β2 0.98, ε 1e-9) with warm-up and inverse
+square-root decay (§5.3), label smoothing 0.1 (§5.4), batches by length to a
+token budget (§5.1), optional averaging of the last checkpoints (§6.1).
+
+Everything goes to ``--out``: ``run.json`` (settings and status),
+``tokenizer.model``, ``checkpoints/`` (resumable, written atomically),
+``logs/`` (TensorBoard), ``translator.keras`` and ``results.json``. Run the
+same command again after an interruption (even ``kill -9``) and training
+continues from the last checkpoint; a finished ``--out`` is left alone unless
+``--overwrite`` is given. Input files are checked before anything is written.
+"""
+
+import argparse
+import dataclasses
+import json
+import os
+import shutil
+import sys
+import time
+
+# Quieter TensorFlow start-up (it is imported by keras-hub for the tokenizer).
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+
+import keras_transformer as kt  # noqa: E402
+from keras_transformer import checkpoints  # noqa: E402
+from keras_transformer import data as ktd  # noqa: E402
+from keras_transformer.callbacks import Checkpointer, TimeBudget  # noqa: E402
+from training.evaluate import load_translator, score  # noqa: E402
+
+# Per-task defaults; every one can be overridden on the command line.
+TASK_DEFAULTS = {
+    "numbers": {
+        "config": "tiny",
+        "vocab_size": 200,
+        "tokenizer": "unigram",
+        "batch_tokens": 2048,
+        "warmup_steps": 400,
+        "epochs": 20,
+    },
+    "data": {
+        "config": "small",
+        "vocab_size": 8000,
+        "tokenizer": "bpe",
+        "batch_tokens": 4096,
+        "warmup_steps": 1000,
+        "epochs": 20,
+    },
+}
+
+# Settings that may change when a run is resumed (they don't change what a
+# step computes); every other setting must match the interrupted run.
+RESUMABLE_CHANGES = {"out", "overwrite", "epochs", "max_minutes", "verbose"}
+
+RUN_FILE = "run.json"
+TOKENIZER_FILE = "tokenizer.model"
+TRANSLATOR_FILE = "translator.keras"
+RESULTS_FILE = "results.json"
+OUR_ENTRIES = {
+    RUN_FILE,
+    TOKENIZER_FILE,
+    TRANSLATOR_FILE,
+    RESULTS_FILE,
+    "checkpoints",
+    "logs",
+}
+
+
+class UsageError(Exception):
+    """A problem with the command line, the data or ``--out``; exit status 2."""
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(
+        prog="python -m training.train",
+        description=__doc__.split("\n\n")[0],
+    )
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--task", choices=["numbers"], help="built-in task")
+    source.add_argument("--data", help="folder with train.SRC/TGT and val.SRC/TGT")
+    parser.add_argument("--source", help="source language suffix (with --data)")
+    parser.add_argument("--target", help="target language suffix (with --data)")
+    parser.add_argument("--out", required=True, help="output folder")
+    parser.add_argument("--overwrite", action="store_true", help="replace a run")
+    parser.add_argument("--config", help="tiny, small, base or big")
+    for name in ("num_layers", "d_model", "num_heads", "d_ff", "max_length"):
+        parser.add_argument("--" + name.replace("_", "-"), type=int)
+    parser.add_argument("--dropout", type=float)
+    parser.add_argument("--epochs", type=int)
+    parser.add_argument(
+        "--max-minutes", type=float, help="stop cleanly after this much training"
+    )
+    parser.add_argument("--batch-tokens", type=int, help="tokens per input per batch")
+    parser.add_argument(
+        "--bucket-lengths",
+        type=_int_list,
+        help="padded lengths, e.g. 16,32 (default: steps of 4 to 32, then ×1.2)",
+    )
+    parser.add_argument("--vocab-size", type=int)
+    parser.add_argument("--tokenizer", choices=["unigram", "bpe"])
+    parser.add_argument("--warmup-steps", type=int)
+    parser.add_argument("--lr-scale", type=float, default=1.0)
+    parser.add_argument("--label-smoothing", type=float, default=0.1)
+    parser.add_argument(
+        "--mixed-precision",
+        nargs="?",
+        const="mixed_bfloat16",
+        choices=["mixed_bfloat16", "mixed_float16"],
+        help="dtype policy (default when given: mixed_bfloat16)",
+    )
+    parser.add_argument(
+        "--average-last",
+        type=int,
+        default=1,
+        metavar="K",
+        help="average the last K checkpoints into the final model (§6.1)",
+    )
+    parser.add_argument(
+        "--checkpoint-steps",
+        type=int,
+        default=200,
+        help="save a checkpoint every N steps (and at every epoch end)",
+    )
+    parser.add_argument("--data-parallel", action="store_true")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--train-size", type=int, default=50_000, help="numbers task: pairs"
+    )
+    parser.add_argument("--val-size", type=int, default=1000, help="numbers task")
+    parser.add_argument("--test-size", type=int, default=1000, help="numbers task")
+    parser.add_argument("--max-lines", type=int, help="--data: use the first N")
+    parser.add_argument("--verbose", choices=["0", "1", "2", "auto"], default="auto")
+    args = parser.parse_args(argv)
+
+    task = "numbers" if args.task else "data"
+    if task == "data" and not (args.source and args.target):
+        parser.error("--data needs --source and --target, e.g. --source de --target en")
+    for name, value in TASK_DEFAULTS[task].items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
+    for name in (
+        "epochs",
+        "batch_tokens",
+        "vocab_size",
+        "warmup_steps",
+        "train_size",
+        "val_size",
+        "test_size",
+    ):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be >= 1")
+    if args.average_last < 1:
+        parser.error("--average-last must be >= 1")
+    if args.checkpoint_steps < 1:
+        parser.error("--checkpoint-steps must be >= 1")
+    if args.max_minutes is not None and not args.max_minutes > 0:
+        parser.error("--max-minutes must be > 0")
+    try:
+        model_config(args)
+    except (TypeError, ValueError) as error:
+        parser.error(str(error))
+    return args
+
+
+def _int_list(text):
+    try:
+        values = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected e.g. 16,32; got {text!r}") from None
+    if not values or values != sorted(set(values)) or values[0] < 1:
+        raise argparse.ArgumentTypeError(f"expected increasing lengths; got {text!r}")
+    return values
+
+
+def model_config(args):
+    overrides = {
+        name: getattr(args, name)
+        for name in ("num_layers", "d_model", "num_heads", "d_ff", "max_length")
+        + ("dropout",)
+        if getattr(args, name) is not None
+    }
+    return kt.get_config(args.config, **overrides)
+
+
+def settings(args):
+    return {
+        key: value
+        for key, value in sorted(vars(args).items())
+        if key not in RESUMABLE_CHANGES
+    }
+
+
+# -- data -----------------------------------------------------------------------
+
+
+def load_data(args):
+    """``{"train": (sources, targets), "validation": ..., ["test": ...]}``.
+
+    Raises ``UsageError`` (naming file and line) for unusable files, before
+    anything is written.
+    """
+    if args.task == "numbers":
+        return ktd.make_splits(
+            args.seed, args.train_size, args.val_size, args.test_size
+        )
+    try:
+        splits = {}
+        for split, name in (("train", "train"), ("val", "validation")):
+            source = ktd.split_path(args.data, split, args.source)
+            target = ktd.split_path(args.data, split, args.target)
+            sources, targets = ktd.read_parallel(source, target)
+            if args.max_lines:
+                sources, targets = sources[: args.max_lines], targets[: args.max_lines]
+            splits[name] = (sources, targets)
+    except ktd.CorpusError as error:
+        raise UsageError(str(error)) from None
+    return splits
+
+
+def boundaries_for(max_length, lengths):
+    """Bucket lengths: steps of 4 up to 32, then about 1.2× apart.
+
+    Short steps suit short sentences (the numbers task: 5 to 15 tokens); the
+    largest boundary is the longest example, capped by the model's limit.
+    """
+    longest = int(max(lengths))
+    if max_length is not None:
+        longest = min(longest, max_length)
+    bounds = [8, 12, 16, 20, 24, 28, 32]
+    while bounds[-1] < longest:
+        bounds.append(-(-int(bounds[-1] * 1.2) // 4) * 4)
+    return [b for b in bounds if b < longest] + [longest]
+
+
+# -- the output folder ----------------------------------------------------------
+
+
+def prepare_out(args):
+    """Check ``--out``; return the previous ``run.json`` dict to resume, or None.
+
+    - missing or empty: a new run;
+    - an unfinished run with the same settings: resume it;
+    - a finished run, another run's settings, or files that are not ours:
+      refuse unless ``--overwrite`` (which clears our files only).
+    """
+    out = args.out
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise UsageError(f"--out {out} exists and is not a folder.")
+    entries = set(os.listdir(out)) if os.path.isdir(out) else set()
+    if not entries:
+        return None
+    run = None
+    if RUN_FILE in entries:
+        with open(os.path.join(out, RUN_FILE), encoding="utf-8") as file:
+            run = json.load(file)
+    if args.overwrite:
+        foreign = sorted(entries - OUR_ENTRIES - {e for e in entries if ".tmp" in e})
+        if foreign:
+            raise UsageError(
+                f"--out {out} holds files this script did not write "
+                f"({', '.join(foreign[:5])}); refusing to clear it. Choose "
+                "another --out."
+            )
+        return None
+    if run is None:
+        raise UsageError(
+            f"--out {out} is not empty and holds no {RUN_FILE}; choose an empty "
+            "or new folder."
+        )
+    if run.get("status") == "finished":
+        raise UsageError(
+            f"--out {out} holds a finished run ({TRANSLATOR_FILE}). Pass "
+            "--overwrite to train again from scratch, or choose another --out."
+        )
+    changed = sorted(
+        key
+        for key in set(run["settings"]) | set(settings(args))
+        if run["settings"].get(key) != settings(args).get(key)
+    )
+    if changed:
+        raise UsageError(
+            f"--out {out} holds an unfinished run with other settings "
+            f"({', '.join(changed)}); rerun it with the same settings to resume, "
+            "or pass --overwrite."
+        )
+    return run
+
+
+def clear_out(out):
+    for name in os.listdir(out):
+        path = os.path.join(out, name)
+        if os.path.isdir(path):
+            shutil.rmtree(path)
+        else:
+            os.remove(path)
+
+
+# -- training -------------------------------------------------------------------
+
+
+def log(message):
+    print(message, flush=True)
+
+
+def train(args):
+    parallel = []
+    try:
+        return _train(args, parallel)
+    finally:
+        for setup in parallel:  # put back the global distribution, if any
+            setup.close()
+
+
+def _train(args, opened):
+    data = load_data(args)  # may raise UsageError: nothing written yet
+    run = prepare_out(args)
+    out = args.out
+    if args.overwrite and os.path.isdir(out):
+        clear_out(out)
+    os.makedirs(out, exist_ok=True)
+    resuming = run is not None
+    keras.utils.set_random_seed(args.seed)
+    if args.mixed_precision:
+        keras.config.set_dtype_policy(args.mixed_precision)
+
+    # Tokenizer: trained once on source + target text (one joint vocabulary,
+    # §5.1), kept in --out so that a resumed run uses the very same ids.
+    train_src, train_tgt = data["train"]
+    tokenizer_path = os.path.join(out, TOKENIZER_FILE)
+    if resuming and os.path.exists(tokenizer_path):
+        tokenizer = ktd.make_tokenizer(tokenizer_path)
+    else:
+        start = time.monotonic()
+        proto = ktd.train_tokenizer(
+            train_src + train_tgt,
+            args.vocab_size,
+            model_type=args.tokenizer,
+            seed=args.seed,
+        )
+        checkpoints.write_bytes_atomic(tokenizer_path, proto)
+        tokenizer = ktd.make_tokenizer(proto)
+        log(
+            f"tokenizer: {args.tokenizer}, {tokenizer.vocabulary_size()} pieces "
+            f"({time.monotonic() - start:.1f} s)"
+        )
+
+    config = model_config(args)
+    src_ids = ktd.encode(tokenizer, train_src)
+    tgt_ids = ktd.encode(tokenizer, train_tgt, add_end=False)
+    lengths = [max(len(s), len(t) + 1) for s, t in zip(src_ids, tgt_ids, strict=True)]
+    boundaries = args.bucket_lengths or boundaries_for(config.max_length, lengths)
+
+    replicas, scope, parallel = 1, None, None
+    if args.data_parallel:
+        try:
+            parallel = kt.data_parallel()
+        except (ValueError, NotImplementedError) as error:
+            raise UsageError(str(error)) from None
+        opened.append(parallel)
+        replicas, scope = parallel.num_replicas, parallel.scope()
+        log(f"data parallel: {parallel.description}")
+
+    dataset = ktd.BucketedDataset(
+        src_ids,
+        tgt_ids,
+        args.batch_tokens,
+        boundaries,
+        seed=args.seed,
+        rows_multiple=replicas,
+    )
+    if dataset.dropped:
+        log(
+            f"dropped {len(dataset.dropped)} of {len(src_ids)} training pairs "
+            f"longer than {boundaries[-1]} tokens"
+        )
+    val_src, val_tgt = data["validation"]
+    val_dataset = ktd.BucketedDataset(
+        ktd.encode(tokenizer, val_src),
+        ktd.encode(tokenizer, val_tgt, add_end=False),
+        args.batch_tokens,
+        boundaries,
+        shuffle=False,
+        rows_multiple=replicas,
+    )
+
+    with scope if scope is not None else _null():
+        model = kt.build_model(
+            config, src_vocab_size=tokenizer.vocabulary_size(), share_embeddings=True
+        )
+        model.compile(
+            optimizer=kt.transformer_optimizer(
+                config.d_model, args.warmup_steps, args.lr_scale
+            ),
+            loss=kt.LabelSmoothedCrossEntropy(label_smoothing=args.label_smoothing),
+            metrics=[kt.MaskedAccuracy()],
+        )
+    log(
+        f"model: {args.config} {_describe(config)}, "
+        f"{model.count_params():,} parameters; backend {keras.backend.backend()}; "
+        f"{len(dataset)} batches of <= {args.batch_tokens} tokens per epoch, "
+        f"buckets {boundaries}"
+    )
+
+    ckpt_dir = os.path.join(out, "checkpoints")
+    state = {"epoch": 0, "batch": 0, "iterations": 0, "elapsed_seconds": 0.0}
+    latest = checkpoints.list_checkpoints(ckpt_dir)
+    if resuming and latest:
+        state = checkpoints.load_checkpoint(model, latest[-1])
+        log(
+            f"resuming from {latest[-1]}: epoch {state['epoch'] + 1}, "
+            f"batch {state['batch']}, step {state['iterations']}, "
+            f"{state['elapsed_seconds']:.0f} s trained"
+        )
+    run = {
+        "status": "running",
+        "settings": settings(args),
+        "backend": keras.backend.backend(),
+    }
+    checkpoints.write_json_atomic(os.path.join(out, RUN_FILE), run)
+
+    budget = TimeBudget(
+        None if args.max_minutes is None else 60 * args.max_minutes,
+        elapsed=state["elapsed_seconds"] or 0.0,
+    )
+    checkpointer = Checkpointer(
+        ckpt_dir,
+        epoch_length=len(dataset),
+        every_steps=args.checkpoint_steps,
+        keep=max(args.average_last, 2),
+        budget=budget,
+    )
+    callbacks = [budget, checkpointer, _Progress(args.epochs)]
+    tensorboard = _tensorboard(os.path.join(out, "logs"))
+    if tensorboard is not None:
+        callbacks.append(tensorboard)
+    verbose = args.verbose
+    if verbose == "auto":
+        verbose = 1 if sys.stdout.isatty() else 2
+    verbose = int(verbose)
+
+    # One fit() per epoch, each on that epoch's fixed order of batches: a
+    # resumed epoch then serves exactly the batches not trained yet.
+    epoch, skip = state["epoch"], state["batch"]
+    while epoch < args.epochs and not budget.exhausted:
+        checkpointer.first_batch = skip
+        model.fit(
+            dataset.epoch_view(epoch, skip=skip),
+            validation_data=val_dataset,
+            initial_epoch=epoch,
+            epochs=epoch + 1,
+            callbacks=callbacks,
+            verbose=verbose,
+            shuffle=False,
+        )
+        epoch, skip = _position(checkpointer.last_path)
+    trained = budget.elapsed
+    reason = "time budget" if budget.exhausted else f"{args.epochs} epochs"
+    log(f"trained {trained:.0f} s ({reason}), {_steps(model)} steps")
+
+    if args.average_last > 1:
+        paths = checkpoints.list_checkpoints(ckpt_dir)[-args.average_last :]
+        checkpoints.average_checkpoints(model, paths)
+        log(f"averaged the last {len(paths)} checkpoints")
+
+    translator = kt.Translator(tokenizer, model)
+    path = os.path.join(out, TRANSLATOR_FILE)
+    checkpoints.save_model_atomic(translator, path)
+    run["status"] = "finished"
+    run["trained_seconds"] = round(trained, 1)
+    checkpoints.write_json_atomic(os.path.join(out, RUN_FILE), run)
+    log(f"saved {path}")
+    return path, data, trained
+
+
+def _position(path):
+    state = checkpoints.read_state(path)
+    return state["epoch"], state["batch"]
+
+
+def _steps(model):
+    return int(keras.ops.convert_to_numpy(model.optimizer.iterations))
+
+
+def _describe(config):
+    fields = ("num_layers", "d_model", "num_heads", "d_ff", "dropout")
+    values = dataclasses.asdict(config)
+    return "(" + ", ".join(f"{f}={values[f]}" for f in fields) + ")"
+
+
+def _tensorboard(log_dir):
+    try:
+        # Keras' TensorBoard callback writes with tf.summary, which needs both.
+        import tensorboard  # noqa: F401
+        import tensorflow  # noqa: F401
+    except ImportError:
+        log("TensorFlow or TensorBoard is not installed: no TensorBoard logs")
+        return None
+    return keras.callbacks.TensorBoard(log_dir=log_dir, update_freq="epoch")
+
+
+class _Progress(keras.callbacks.ProgbarLogger):
+    """Keras' progress bar, numbering epochs out of the run's total.
+
+    Each ``fit`` here trains one epoch, so Keras' own logger would print
+    "Epoch 3/3" for the third epoch of twenty.
+    """
+
+    def __init__(self, total_epochs):
+        super().__init__()
+        self.total_epochs = total_epochs
+
+    def set_params(self, params):
+        super().set_params(params)
+        self.epochs = self.total_epochs
+
+    def on_epoch_end(self, epoch, logs=None):
+        if self.model.stop_training:  # the time budget ended the epoch early
+            self.target = self.seen
+        super().on_epoch_end(epoch, logs)
+
+
+class _null:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False
+
+
+# -- after training ---------------------------------------------------------------
+
+
+def report(path, data, trained, args):
+    """Reload the saved translator, score it, print examples, write results."""
+    translator = load_translator(path)  # keras.saving.load_model
+    log(f"reloaded {path} with keras.saving.load_model")
+    results = {"trained_seconds": round(trained, 1), "backend": keras.backend.backend()}
+    if args.task == "numbers":
+        sources, references = data["test"]
+        start = time.monotonic()
+        hypotheses = translator.translate(sources, batch_size=256)
+        hits = [h == r for h, r in zip(hypotheses, references, strict=True)]
+        exact = float(np.mean(hits))
+        results.update(
+            split="test",
+            sentences=len(sources),
+            exact_match=exact,
+            decode_seconds=round(time.monotonic() - start, 1),
+        )
+        log(f"exact match on the test split ({len(sources)} numbers): {exact:.1%}")
+        examples = [
+            "three hundred forty-two",
+            "twenty-one thousand five",
+            "one hundred one",
+            "nine hundred ninety-nine thousand nine hundred ninety-nine",
+        ]
+    else:
+        sources, references = data["validation"]
+        start = time.monotonic()
+        hypotheses = translator.translate(sources, batch_size=128)
+        results.update(
+            split="validation",
+            sentences=len(sources),
+            decode_seconds=round(time.monotonic() - start, 1),
+        )
+        try:
+            scores = score(hypotheses, references)
+        except ImportError:
+            log("sacrebleu is not installed: no BLEU")
+        else:
+            results.update(scores)
+            log(
+                f"validation BLEU {scores['bleu']:.1f}, chrF {scores['chrf']:.1f} "
+                f"({scores['bleu_signature']})"
+            )
+        examples = sources[:4]
+    for source, target in zip(examples, translator.translate(examples), strict=True):
+        log(f"  {source}  ->  {target}")
+    checkpoints.write_json_atomic(os.path.join(args.out, RESULTS_FILE), results)
+    return results
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    try:
+        path, data, trained = train(args)
+    except UsageError as error:
+        print(f"python -m training.train: error: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
+    return report(path, data, trained, args)
+
+
+if __name__ == "__main__":
+    main()
