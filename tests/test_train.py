@@ -211,10 +211,16 @@ def test_parallel_text_path_on_a_few_hundred_lines(tmp_path):
     assert 0.0 <= results["bleu"] <= 100.0 and 0.0 <= results["chrf"] <= 100.0
 
 
-def test_time_budget_stops_training(tmp_path, capsys):
-    results = run(tmp_path / "run", "--max-minutes", "0.0001", "--epochs", "50")
+def test_time_budget_stops_training_mixed_precision(tmp_path, capsys):
+    results = run(
+        tmp_path / "run",
+        *("--max-minutes", "0.0001", "--epochs", "50"),
+        "--mixed-precision",
+    )
     output = capsys.readouterr().out
     assert "(time budget)" in output
+    translator = load_translator(tmp_path / "run" / "translator.keras")
+    assert translator.transformer.dtype_policy.name == "mixed_bfloat16"
     state = checkpoints.read_state(
         checkpoints.list_checkpoints(tmp_path / "run" / "checkpoints")[-1]
     )
