@@ -56,7 +56,7 @@ TASK_DEFAULTS = {
         "config": "small",
         "vocab_size": 8000,
         "tokenizer": "bpe",
-        "batch_tokens": 4096,
+        "batch_tokens": 3072,
         "warmup_steps": 1000,
         "epochs": 20,
     },
