@@ -23,6 +23,7 @@ continues from the last checkpoint; a finished ``--out`` is left alone unless
 """
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import os
@@ -326,8 +327,18 @@ def train(args):
 
 
 def _train(args, opened):
-    data = load_data(args)  # may raise UsageError: nothing written yet
+    # Everything that can fail on bad input comes before the first write.
+    data = load_data(args)
     run = prepare_out(args)
+    replicas, scope = 1, None
+    if args.data_parallel:
+        try:
+            parallel = kt.data_parallel()
+        except (ValueError, NotImplementedError) as error:
+            raise UsageError(str(error)) from None
+        opened.append(parallel)
+        replicas, scope = parallel.num_replicas, parallel.scope()
+        log(f"data parallel: {parallel.description}")
     out = args.out
     if args.overwrite and os.path.isdir(out):
         clear_out(out)
@@ -364,16 +375,6 @@ def _train(args, opened):
     lengths = [max(len(s), len(t) + 1) for s, t in zip(src_ids, tgt_ids, strict=True)]
     boundaries = args.bucket_lengths or boundaries_for(config.max_length, lengths)
 
-    replicas, scope, parallel = 1, None, None
-    if args.data_parallel:
-        try:
-            parallel = kt.data_parallel()
-        except (ValueError, NotImplementedError) as error:
-            raise UsageError(str(error)) from None
-        opened.append(parallel)
-        replicas, scope = parallel.num_replicas, parallel.scope()
-        log(f"data parallel: {parallel.description}")
-
     dataset = ktd.BucketedDataset(
         src_ids,
         tgt_ids,
@@ -397,7 +398,7 @@ def _train(args, opened):
         rows_multiple=replicas,
     )
 
-    with scope if scope is not None else _null():
+    with scope if scope is not None else contextlib.nullcontext():
         model = kt.build_model(
             config, src_vocab_size=tokenizer.vocabulary_size(), share_embeddings=True
         )
@@ -533,14 +534,6 @@ class _Progress(keras.callbacks.ProgbarLogger):
         super().on_epoch_end(epoch, logs)
 
 
-class _null:
-    def __enter__(self):
-        return None
-
-    def __exit__(self, *exc):
-        return False
-
-
 # -- after training ---------------------------------------------------------------
 
 
@@ -601,6 +594,13 @@ def main(argv=None):
     except UsageError as error:
         print(f"python -m training.train: error: {error}", file=sys.stderr)
         raise SystemExit(2) from None
+    except KeyboardInterrupt:
+        print(
+            "\ninterrupted: run the same command again to resume from the last "
+            f"checkpoint in {os.path.join(args.out, 'checkpoints')}",
+            file=sys.stderr,
+        )
+        raise SystemExit(130) from None
     return report(path, data, trained, args)
 
 
