@@ -224,3 +224,33 @@ def test_model_that_is_not_a_translator(data, tmp_path, capsys):
     argv = ["--model", str(model), "--source", str(source)]
     err = run_failing(argv + ["--reference", str(reference)], capsys, tmp_path / "o")
     assert f"{model}: holds a Transformer, not a keras_transformer Translator" in err
+
+
+# -- training.translate ----------------------------------------------------------
+
+
+def test_translate_command_arguments_and_stdin(model_path, capsys):
+    import io
+
+    from training import translate
+
+    sentences = SENTENCES[:3]
+    expected = evaluate.load_translator(model_path).translate(sentences)
+    from_args = translate.main(["--model", str(model_path), *sentences])
+    assert from_args == expected
+    assert capsys.readouterr().out == "".join(t + "\n" for t in expected)
+    stdin = io.StringIO("".join(s + "\n" for s in sentences))
+    out = io.StringIO()
+    assert translate.main(["--model", str(model_path)], stdin=stdin, stdout=out) == (
+        expected
+    )
+    assert out.getvalue().splitlines() == expected
+
+
+def test_translate_command_missing_model(tmp_path, capsys):
+    from training import translate
+
+    with pytest.raises(SystemExit) as raised:
+        translate.main(["--model", str(tmp_path / "none.keras"), "hello"])
+    assert raised.value.code == 2
+    assert "none.keras" in capsys.readouterr().err

@@ -383,6 +383,11 @@ def _train(args, opened):
         seed=args.seed,
         rows_multiple=replicas,
     )
+    if len(dataset) == 0:
+        raise UsageError(
+            f"no training pair fits the longest bucket ({boundaries[-1]} tokens); "
+            "raise --max-length or --bucket-lengths."
+        )
     if dataset.dropped:
         log(
             f"dropped {len(dataset.dropped)} of {len(src_ids)} training pairs "
