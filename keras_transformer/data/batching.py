@@ -131,7 +131,28 @@ def make_batches(
     return [plan.batch(entry) for entry in plan.epoch(rng)], plan.dropped
 
 
-class BucketedDataset(keras.utils.PyDataset):
+class _FixedOrder(keras.utils.PyDataset):
+    """Batches of a ``_BucketPlan`` in a given order.
+
+    ``epoch_view`` returns one as is; ``BucketedDataset`` is one whose order
+    is redrawn at every epoch end.
+    """
+
+    def __init__(self, plan, order, **kwargs):
+        super().__init__(**kwargs)
+        self._plan = plan
+        self._order = order
+
+    def __len__(self):
+        return len(self._order)
+
+    def __getitem__(self, index):
+        if not 0 <= index < len(self._order):
+            raise IndexError(f"Batch index {index} out of range [0, {len(self)}).")
+        return self._plan.batch(self._order[index])
+
+
+class BucketedDataset(_FixedOrder):
     """``make_batches`` as a ``keras.utils.PyDataset`` for ``model.fit``.
 
     Every call of ``on_epoch_end`` draws a new order (examples within buckets,
@@ -177,31 +198,23 @@ class BucketedDataset(keras.utils.PyDataset):
         rows_multiple=1,
         **kwargs,
     ):
-        super().__init__(**kwargs)
-        self._plan = _BucketPlan(
+        plan = _BucketPlan(
             src_ids, tgt_ids, batch_tokens, boundaries, drop_longer, rows_multiple
         )
-        self.dropped = self._plan.dropped
+        self.dropped = plan.dropped
         self.shuffle = bool(shuffle)
         self.seed = int(seed)
         self.epoch = 0
-        self._order = self._new_order()
+        super().__init__(plan, None, **kwargs)
+        self._order = self._epoch_order(self.epoch)
 
-    def _new_order(self):
-        rng = np.random.default_rng([self.seed, self.epoch]) if self.shuffle else None
+    def _epoch_order(self, epoch):
+        rng = np.random.default_rng([self.seed, int(epoch)]) if self.shuffle else None
         return self._plan.epoch(rng)
-
-    def __len__(self):
-        return len(self._order)
-
-    def __getitem__(self, index):
-        if not 0 <= index < len(self._order):
-            raise IndexError(f"Batch index {index} out of range [0, {len(self)}).")
-        return self._plan.batch(self._order[index])
 
     def on_epoch_end(self):
         self.epoch += 1
-        self._order = self._new_order()
+        self._order = self._epoch_order(self.epoch)
 
     def epoch_view(self, epoch, skip=0):
         """The batches of epoch ``epoch`` in a fixed order, without the first ``skip``.
@@ -224,28 +237,10 @@ class BucketedDataset(keras.utils.PyDataset):
         """
         if not 0 <= skip <= len(self):
             raise ValueError(f"skip must be in [0, {len(self)}]. Received: {skip}")
-        rng = np.random.default_rng([self.seed, int(epoch)]) if self.shuffle else None
-        order = self._plan.epoch(rng)[skip:]
+        order = self._epoch_order(epoch)[skip:]
         if skip and keras.backend.backend() == "tensorflow":
             order = _shortest_and_longest_first(order)
         return _FixedOrder(self._plan, order)
-
-
-class _FixedOrder(keras.utils.PyDataset):
-    """Some batches of a ``_BucketPlan`` in a given order (``epoch_view``)."""
-
-    def __init__(self, plan, order):
-        super().__init__()
-        self._plan = plan
-        self._order = order
-
-    def __len__(self):
-        return len(self._order)
-
-    def __getitem__(self, index):
-        if not 0 <= index < len(self._order):
-            raise IndexError(f"Batch index {index} out of range [0, {len(self)}).")
-        return self._plan.batch(self._order[index])
 
 
 def padding_fraction(batches):
