@@ -17,6 +17,7 @@ for the big models) is ``average_checkpoints``.
 import json
 import os
 import shutil
+import uuid
 
 import keras
 import numpy as np
@@ -85,7 +86,7 @@ def save_checkpoint(model, directory, state, keep=None):
     tmp = os.path.join(directory, _TMP_PREFIX + name)
     os.makedirs(tmp)
     model.save_weights(os.path.join(tmp, WEIGHTS_FILE))
-    _write_json(os.path.join(tmp, STATE_FILE), state)
+    write_json_atomic(os.path.join(tmp, STATE_FILE), state)
     _fsync_dir(tmp)
     if os.path.exists(final):
         # The same step saved again (e.g. an epoch ends exactly at a periodic
@@ -152,19 +153,39 @@ def average_checkpoints(model, paths):
     return model
 
 
+def write_atomic(path, data):
+    """Write ``data`` (str as UTF-8, or bytes) so that readers see all or nothing.
+
+    The data goes to a temporary file in the same folder (created if
+    missing), which then replaces ``path`` in one ``os.replace``; on failure
+    the temporary file is removed and ``path`` is as it was.
+    """
+    path = os.path.abspath(path)
+    directory = os.path.dirname(path)
+    os.makedirs(directory, exist_ok=True)
+    if isinstance(data, str):
+        data = data.encode("utf-8")
+    temp = os.path.join(
+        directory, f".{os.path.basename(path)}.{uuid.uuid4().hex[:8]}.tmp"
+    )
+    # os.open with 0o666 gives the permissions open() would (less the
+    # umask); tempfile.mkstemp's 0o600 would survive the rename.
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    try:
+        with open(fd, "wb") as file:
+            file.write(data)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temp, path)
+    except BaseException:
+        if os.path.exists(temp):
+            os.unlink(temp)
+        raise
+
+
 def write_json_atomic(path, data):
-    """Write ``data`` as JSON to ``path`` via a temporary file and a rename."""
-    _write_json(path, data)
-
-
-def write_bytes_atomic(path, data):
-    """Write ``data`` (bytes) to ``path`` via a temporary file and a rename."""
-    tmp = f"{path}.tmp"
-    with open(tmp, "wb") as file:
-        file.write(data)
-        file.flush()
-        os.fsync(file.fileno())
-    os.replace(tmp, path)
+    """Write ``data`` as indented JSON to ``path`` with ``write_atomic``."""
+    write_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
 def save_model_atomic(model, path):
@@ -180,16 +201,6 @@ def save_model_atomic(model, path):
     model.save(tmp)
     os.replace(tmp, path)
     _fsync_dir(os.path.dirname(os.path.abspath(path)))
-
-
-def _write_json(path, data):
-    tmp = f"{path}.tmp"
-    with open(tmp, "w", encoding="utf-8") as file:
-        json.dump(data, file, indent=2, sort_keys=True)
-        file.write("\n")
-        file.flush()
-        os.fsync(file.fileno())
-    os.replace(tmp, path)
 
 
 def _fsync_dir(path):

@@ -18,12 +18,12 @@ import argparse
 import json
 import os
 import time
-import uuid
 import warnings
 
 import keras
 
 import keras_transformer as kt
+from keras_transformer.checkpoints import write_atomic
 from keras_transformer.data.corpus import CorpusError, read_parallel
 
 
@@ -110,33 +110,6 @@ def default_out(model_path, source_path):
         name = name[: -len(".gz")]
     stem = os.path.splitext(name)[0]
     return os.path.join(os.path.dirname(model_path), f"eval-{stem}.json")
-
-
-def write_atomic(path, text):
-    """Write ``text`` (UTF-8) to ``path`` so that readers see all or nothing.
-
-    The text goes to a temporary file in the same directory (created if
-    missing), which then replaces ``path`` in one ``os.replace``.
-    """
-    path = os.path.abspath(path)
-    directory = os.path.dirname(path)
-    os.makedirs(directory, exist_ok=True)
-    temp = os.path.join(
-        directory, f".{os.path.basename(path)}.{uuid.uuid4().hex[:8]}.tmp"
-    )
-    # os.open with 0o666 gives the permissions open() would (less the
-    # umask); tempfile.mkstemp's 0o600 would survive the rename.
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-    try:
-        with open(fd, "w", encoding="utf-8", newline="\n") as file:
-            file.write(text)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temp, path)
-    except BaseException:
-        if os.path.exists(temp):
-            os.unlink(temp)
-        raise
 
 
 def _positive_int(text):

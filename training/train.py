@@ -287,10 +287,11 @@ def prepare_out(args):
             f"--out {out} holds a finished run ({TRANSLATOR_FILE}). Pass "
             "--overwrite to train again from scratch, or choose another --out."
         )
+    now = settings(args)
     changed = sorted(
         key
-        for key in set(run["settings"]) | set(settings(args))
-        if run["settings"].get(key) != settings(args).get(key)
+        for key in set(run["settings"]) | set(now)
+        if run["settings"].get(key) != now.get(key)
     )
     if changed:
         raise UsageError(
@@ -362,7 +363,7 @@ def _train(args, opened):
             model_type=args.tokenizer,
             seed=args.seed,
         )
-        checkpoints.write_bytes_atomic(tokenizer_path, proto)
+        checkpoints.write_atomic(tokenizer_path, proto)
         tokenizer = ktd.make_tokenizer(proto)
         log(
             f"tokenizer: {args.tokenizer}, {tokenizer.vocabulary_size()} pieces "
