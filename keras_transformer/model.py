@@ -4,6 +4,7 @@ import dataclasses
 
 import keras
 import numpy as np
+from keras import ops
 
 from keras_transformer import _checks
 from keras_transformer.layers.blocks import DecoderBlock, EncoderBlock
@@ -71,6 +72,102 @@ class Transformer(keras.Model):
             position = self.get_layer(f"{prefix}_position")
             limits[name] = (embedding.vocab_size, position.max_length)
         return limits
+
+    # -- the two halves, for decoding and inspection -------------------------
+
+    def _part(self, name):
+        """The layer called ``name``, or None (e.g. no final norm in post-LN)."""
+        for layer in self.layers:
+            if layer.name == name:
+                return layer
+        return None
+
+    def _embeddings(self):
+        shared = self._part("shared_embedding")
+        if shared is not None:
+            return shared, shared
+        return self._part("source_embedding"), self._part("target_embedding")
+
+    def _blocks(self, prefix):
+        blocks = []
+        while (block := self._part(f"{prefix}_block_{len(blocks)}")) is not None:
+            blocks.append(block)
+        return blocks
+
+    def encode(self, encoder_inputs, return_attention_scores=False):
+        """The encoder half of the model, in inference mode.
+
+        Runs the same layers as the functional graph, with the padding mask
+        passed explicitly, so that a decoder can encode a source once.
+
+        Args:
+            encoder_inputs: ``(B, S)`` int source ids, 0 = padding.
+            return_attention_scores: also return each encoder layer's
+                self-attention weights.
+
+        Returns:
+            ``(encoder_outputs, encoder_mask)``: ``(B, S, d_model)`` and the
+            ``(B, S)`` boolean padding mask; with ``return_attention_scores``,
+            a third item, a list of ``(B, num_heads, S, S)`` per layer.
+        """
+        embedding, _ = self._embeddings()
+        mask = ops.not_equal(encoder_inputs, 0)
+        x = self._part("encoder_position")(embedding(encoder_inputs))
+        scores = []
+        for block in self._blocks("encoder"):
+            x = block(x, mask=mask, return_attention_scores=return_attention_scores)
+            if return_attention_scores:
+                x, weights = x
+                scores.append(weights)
+        norm = self._part("encoder_norm")
+        if norm is not None:
+            x = norm(x)
+        return (x, mask, scores) if return_attention_scores else (x, mask)
+
+    def decode(
+        self,
+        decoder_inputs,
+        encoder_outputs,
+        encoder_mask,
+        return_attention_scores=False,
+    ):
+        """The decoder half of the model, in inference mode.
+
+        Args:
+            decoder_inputs: ``(B, T)`` int target ids, ``START_ID`` first.
+            encoder_outputs, encoder_mask: from ``encode``.
+            return_attention_scores: also return each decoder layer's
+                self-attention and cross-attention weights.
+
+        Returns:
+            Logits ``(B, T, tgt_vocab_size)``, float32 (the functional
+            model's output); with ``return_attention_scores``, also two lists
+            per layer: self-attention ``(B, num_heads, T, T)`` and
+            cross-attention ``(B, num_heads, T, S)`` weights.
+        """
+        _, embedding = self._embeddings()
+        mask = ops.not_equal(decoder_inputs, 0)
+        y = self._part("decoder_position")(embedding(decoder_inputs))
+        self_scores, cross_scores = [], []
+        for block in self._blocks("decoder"):
+            y = block(
+                y,
+                encoder_outputs,
+                decoder_sequence_mask=mask,
+                encoder_sequence_mask=encoder_mask,
+                return_attention_scores=return_attention_scores,
+            )
+            if return_attention_scores:
+                y, (self_weights, cross_weights) = y
+                self_scores.append(self_weights)
+                cross_scores.append(cross_weights)
+        norm = self._part("decoder_norm")
+        if norm is not None:
+            y = norm(y)
+        logits = embedding(y, reverse=True)
+        if return_attention_scores:
+            return logits, self_scores, cross_scores
+        return logits
 
     def validate_inputs(self, x, y=None):
         """Raise ``TypeError``/``ValueError`` for malformed token-id inputs."""

@@ -371,6 +371,49 @@ class MultiHeadAttention(keras.layers.Layer):
         output = self.output_dense(output)
         return (output, weights) if return_attention_scores else output
 
+    # -- incremental decoding (keras_transformer.decoding) ----------------------
+
+    def project_key_value(self, value, key=None):
+        """The keys and values of a sequence, split into heads.
+
+        Used to compute the cross-attention keys and values of an encoder
+        output once per input, and each new token's self-attention keys and
+        values once per step.
+
+        Args:
+            value: ``(B, T, dim_v)``.
+            key: optional ``(B, T, dim_k)``; defaults to ``value``.
+
+        Returns:
+            ``(keys, values)``, each ``(B, T, num_heads, d_k)``.
+        """
+        key = value if key is None else key
+        return (
+            self._split_heads(self.key_dense(key)),
+            self._split_heads(self.value_dense(value)),
+        )
+
+    def attend_projected(self, query, keys, values, attention_mask=None):
+        """Attention of ``query`` to keys and values that are already projected.
+
+        Equals ``call(query, value, key)`` (inference mode) when ``keys`` and
+        ``values`` are ``project_key_value(value, key)``.
+
+        Args:
+            query: ``(B, T_q, dim_q)``, not projected.
+            keys, values: ``(B, T_k, num_heads, d_k)``.
+            attention_mask: optional boolean mask broadcastable to
+                ``(B, num_heads, T_q, T_k)``; True means "may attend".
+
+        Returns:
+            ``(B, T_q, d_model)``.
+        """
+        q = self._split_heads(self.query_dense(query))  # (B, T_q, H, d_k)
+        output = self.attention.attend(q, keys, values, mask=attention_mask)
+        # Concat(head_1, ..., head_h): (B, T_q, H, d_k) -> (B, T_q, d_model)
+        output = ops.reshape(output, tuple(ops.shape(output)[:2]) + (self.d_model,))
+        return self.output_dense(output)
+
     def compute_mask(self, query, previous_mask=None):
         # The output is aligned with the queries: it keeps the query mask.
         return previous_mask

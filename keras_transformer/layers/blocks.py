@@ -362,3 +362,84 @@ class DecoderBlock(_Block):
         # Sub-layer 3: position-wise feed-forward network (§3.3).
         x = self._feed_forward(x, training)
         return (x, tuple(scores)) if return_attention_scores else x
+
+    # -- incremental decoding (keras_transformer.decoding) ------------------------
+
+    def cross_attention_key_value(self, encoder_sequence):
+        """The cross-attention keys and values of an encoder output.
+
+        They depend only on the source, so a decoder computes them once per
+        input and reuses them at every step.
+
+        Returns:
+            ``(keys, values)``, each ``(B, S, num_heads, d_k)``.
+        """
+        return self.cross_attention.project_key_value(encoder_sequence)
+
+    def decode_step(
+        self, decoder_sequence, index, cache, cross_key_value, encoder_sequence_mask
+    ):
+        """One decoding step with a key/value cache, in inference mode.
+
+        The new token at position ``index`` attends to itself and to the
+        cached keys and values of positions ``< index`` (§3.2.3: no position
+        sees a later one, so earlier positions never need recomputing).
+        Gives the same output as ``call`` on the whole prefix at its last
+        position.
+
+        Args:
+            decoder_sequence: ``(B, 1, d_model)``, the new position only.
+            index: scalar int tensor, its position (0-based).
+            cache: ``(keys, values)``, each ``(B, T_max, num_heads, d_k)``:
+                the self-attention keys and values of positions ``< index``
+                (later entries are ignored).
+            cross_key_value: from ``cross_attention_key_value``.
+            encoder_sequence_mask: ``(B, S)`` padding mask of the source, or
+                None.
+
+        Returns:
+            ``(output, cache)``: output ``(B, 1, d_model)``, and the cache
+            with this position's keys and values written at ``index``.
+        """
+        new_cache = []
+
+        # Sub-layer 1: masked self-attention over the cached prefix (§3.2.3).
+        def attend_self(y):
+            keys, values = self.self_attention.project_key_value(y)
+            start = (0, index, 0, 0)
+            cached_keys = ops.slice_update(cache[0], start, keys)
+            cached_values = ops.slice_update(cache[1], start, values)
+            new_cache.extend((cached_keys, cached_values))
+            positions = ops.arange(ops.shape(cached_keys)[1])
+            visible = ops.reshape(ops.less_equal(positions, index), (1, 1, 1, -1))
+            return self.self_attention.attend_projected(
+                y, cached_keys, cached_values, attention_mask=visible
+            )
+
+        x = self._sublayer(
+            decoder_sequence,
+            self.self_attention_norm,
+            self.self_attention_dropout,
+            attend_self,
+            False,
+        )
+
+        # Sub-layer 2: cross-attention to the precomputed encoder keys/values.
+        if encoder_sequence_mask is not None:
+            # (B, S) -> (B, 1, 1, S): every head and query sees the same keys.
+            encoder_sequence_mask = ops.cast(encoder_sequence_mask, "bool")[
+                :, None, None, :
+            ]
+        x = self._sublayer(
+            x,
+            self.cross_attention_norm,
+            self.cross_attention_dropout,
+            lambda y: self.cross_attention.attend_projected(
+                y, *cross_key_value, attention_mask=encoder_sequence_mask
+            ),
+            False,
+        )
+
+        # Sub-layer 3: position-wise feed-forward network (§3.3).
+        x = self._feed_forward(x, False)
+        return x, tuple(new_cache)

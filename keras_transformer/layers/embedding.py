@@ -79,10 +79,17 @@ class TokenEmbedding(keras.layers.Layer):
             f"Token ids must be in [0, {self.vocab_size}) for {self.name!r} "
             f"(vocab_size={self.vocab_size}). Received ids from {{lo}} to {{hi}}.",
         )
-        x = ops.take(self.embeddings, inputs, axis=0)
-        x = _checks.nan_unless_in_range(x, inputs, 0, self.vocab_size)
-        x = ops.cast(x, self.compute_dtype)
+        x = self.lookup(inputs)
+        return _checks.nan_unless_in_range(x, inputs, 0, self.vocab_size)
+
+    def lookup(self, ids):
+        """The scaled embeddings of ``ids``, without the range checks of
+        ``call``: for ids known to be in range, such as a decoder's own
+        argmax inside a compiled decoding loop, where a check per step costs
+        a host round trip."""
+        x = ops.cast(ops.take(self.embeddings, ids, axis=0), self.compute_dtype)
         if self.scale:
+            # §3.4: "we multiply those weights by sqrt(d_model)".
             x = x * ops.cast(math.sqrt(self.d_model), self.compute_dtype)
         return x
 
