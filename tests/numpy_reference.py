@@ -332,6 +332,56 @@ def sinusoidal_pe(positions, d_model, base=10000.0):
 
 
 # ---------------------------------------------------------------------------
+# §6.1: beam search with a length penalty (Wu et al., 2016)
+# ---------------------------------------------------------------------------
+
+
+def beam_search(next_log_probs, beam_size, alpha, limit, end_id=2, banned=(0, 1)):
+    """Beam search written out from its rule, one hypothesis at a time.
+
+    Keeps ``beam_size`` hypotheses ``(tokens, log P, finished)``. At each
+    step every unfinished hypothesis is extended by every token not in
+    ``banned`` (its log-probabilities from ``next_log_probs(tokens)``, a
+    float64 vector over the vocabulary), every finished one is carried over,
+    and the ``beam_size`` best candidates by ``log P / lp(|Y|)`` stay, with
+    Wu et al.'s ``lp(|Y|) = ((5 + |Y|) / 6) ** alpha``. A hypothesis
+    finishes at ``end_id`` or at ``limit`` tokens. Returns the final beam
+    best first, as ``(tokens, log P / lp(|Y|))``.
+    """
+
+    def lp(length):
+        return ((5 + length) / 6) ** alpha
+
+    beam = [((), 0.0, False)]
+    while not all(finished for _, _, finished in beam):
+        candidates = []
+        for tokens, log_p, finished in beam:
+            if finished:
+                candidates.append((log_p / lp(len(tokens)), tokens, log_p, True))
+                continue
+            log_probs = next_log_probs(tokens)
+            for token, gain in enumerate(log_probs):
+                if token in banned:
+                    continue
+                new = (*tokens, token)
+                done = token == end_id or len(new) >= limit
+                score = (log_p + gain) / lp(len(new))
+                candidates.append((score, new, log_p + gain, done))
+        candidates.sort(key=lambda c: -c[0])
+        beam = [(t, log_p, done) for _, t, log_p, done in candidates[:beam_size]]
+    return [(list(t), log_p / lp(len(t))) for t, log_p, _ in beam]
+
+
+def log_softmax(x, banned=(0, 1)):
+    """Log-softmax over the last axis with the ``banned`` ids left out
+    (they get -inf)."""
+    x = _f64(x).copy()
+    x[..., list(banned)] = -np.inf
+    top = x.max(axis=-1, keepdims=True)
+    return x - top - np.log(np.exp(x - top).sum(axis=-1, keepdims=True))
+
+
+# ---------------------------------------------------------------------------
 # Reading weights out of the package's layers (copies only)
 # ---------------------------------------------------------------------------
 def _value(variable):

@@ -1,0 +1,467 @@
+"""Greedy and beam search for the encoder-decoder, with a key/value cache.
+
+Both searches run as one compiled loop per input shape: ``jax.jit`` around
+``jax.lax.while_loop`` on JAX, ``tf.function(jit_compile=True)`` (XLA) on
+TensorFlow, and an eager loop under ``torch.no_grad()`` on PyTorch. Callers
+pad sources and output lengths to a few bucket sizes (``Translator`` does)
+so that a new input length does not mean a new compilation.
+
+Two ways to compute the next token's logits, chosen by ``use_cache``:
+
+- cached (default): the source is encoded once, each decoder layer's
+  cross-attention keys and values are projected once, and each self-attention
+  layer keeps the keys and values of the tokens generated so far, so a step
+  runs the decoder on one position (``DecoderBlock.decode_step``).
+- uncached: every step runs the whole functional model on the source and the
+  target prefix, as training does. It is there to check the cached path
+  against, and the tests check that both give the same tokens.
+
+Beam search (the paper, §6.1: "beam search with a beam size of 4 and length
+penalty α = 0.6") keeps ``beam_size`` hypotheses per input. A hypothesis that
+has produced the end token is finished: it stays in the beam with its score
+and competes with the unfinished ones. At each step every unfinished
+hypothesis is extended by every token, each finished one is carried over
+unchanged, and the ``beam_size`` best of all these candidates are kept, by
+``log P(Y | X) / lp(Y)`` with the length penalty of Wu et al. (2016),
+``lp(Y) = ((5 + |Y|) / 6) ** α`` (|Y| counts the end token). An input is done
+when its whole beam is finished. Keeping finished hypotheses in the beam makes
+``beam_size=1`` exactly greedy search. keras-hub's ``BeamSampler`` is not used:
+it has no length penalty and no finished hypotheses (it always runs to the
+maximum length and ranks by the raw log-probability).
+
+The pad and start tokens are never generated: neither occurs inside a target
+sentence.
+"""
+
+import keras
+import numpy as np
+from keras import ops
+
+from keras_transformer.data.tokenizer import END_ID, PAD_ID, START_ID
+from keras_transformer.layers.position import sinusoidal_table
+
+# Log-probability of an impossible candidate. Finite, so that arithmetic on it
+# (sums, divisions by the length penalty) never makes a NaN.
+IMPOSSIBLE = -1e30
+
+
+def length_penalty(length, alpha):
+    """GNMT length penalty ``((5 + length) / 6) ** alpha`` (Wu et al., 2016, §7).
+
+    Works on Python numbers and on tensors.
+    """
+    return ((5.0 + length) / 6.0) ** alpha
+
+
+# -- one decoding step, with and without a cache ----------------------------------
+
+
+class _CachedStep:
+    """Next-token logits from a key/value cache (one decoder position per step)."""
+
+    def __init__(self, model, source_ids, max_length):
+        _, self.embedding = model._embeddings()
+        self.blocks = model._blocks("decoder")
+        self.norm = model._part("decoder_norm")
+        position = model._part("decoder_position")
+        d_model = self.embedding.d_model
+        # §3.5: the positional encoding of every position the loop can reach,
+        # computed once; a step takes its row.
+        self.positions = ops.cast(
+            sinusoidal_table(ops.arange(max_length), d_model, position.base),
+            self.embedding.compute_dtype,
+        )
+        encoder_outputs, self.encoder_mask = model.encode(source_ids)
+        # Cross-attention keys and values depend on the source only.
+        self.cross = [
+            block.cross_attention_key_value(encoder_outputs) for block in self.blocks
+        ]
+        rows = ops.shape(source_ids)[0]
+        self.initial_state = []
+        for block in self.blocks:
+            attention = block.self_attention
+            shape = (rows, max_length, attention.num_heads, attention.d_k)
+            zeros = ops.zeros(shape, block.compute_dtype)
+            self.initial_state.append((zeros, zeros))
+
+    def __call__(self, tokens, index, state):
+        """``tokens`` ``(B,)`` at position ``index`` -> logits ``(B, V)``, state."""
+        x = self.embedding.lookup(tokens[:, None])  # (B, 1, d_model)
+        x = x + ops.take(self.positions, index, axis=0)
+        new_state = []
+        for block, cache, cross in zip(self.blocks, state, self.cross, strict=True):
+            x, cache = block.decode_step(x, index, cache, cross, self.encoder_mask)
+            new_state.append(cache)
+        if self.norm is not None:
+            x = self.norm(x)
+        logits = self.embedding(x, reverse=True)  # (B, 1, V), float32
+        return logits[:, 0], new_state
+
+
+class _UncachedStep:
+    """Next-token logits from the whole model on the whole prefix (no cache)."""
+
+    def __init__(self, model, source_ids, max_length):
+        self.model = model
+        self.source_ids = source_ids
+        rows = ops.shape(source_ids)[0]
+        # The state is the decoder input: the prefix, then padding.
+        self.initial_state = ops.zeros((rows, max_length), "int32")
+
+    def __call__(self, tokens, index, state):
+        columns = ops.arange(ops.shape(state)[1])
+        state = ops.where(
+            ops.equal(columns, index)[None, :],
+            ops.cast(tokens, "int32")[:, None],
+            state,
+        )
+        logits = self.model(
+            {"encoder_inputs": self.source_ids, "decoder_inputs": state},
+            training=False,
+        )  # (B, T, V): position t only sees positions <= t (causal mask)
+        return ops.take(logits, index, axis=1), state
+
+
+def _step_function(model, source_ids, max_length, use_cache):
+    step = _CachedStep if use_cache else _UncachedStep
+    return step(model, source_ids, max_length)
+
+
+def _log_probs(logits):
+    """Log-softmax over the vocabulary with pad and start made impossible."""
+    vocab = ops.shape(logits)[-1]
+    banned = ops.logical_or(
+        ops.equal(ops.arange(vocab), PAD_ID), ops.equal(ops.arange(vocab), START_ID)
+    )
+    logits = ops.where(banned, IMPOSSIBLE, logits)
+    return ops.log_softmax(logits, axis=-1)
+
+
+def _at_column(columns, index):
+    return ops.equal(columns, index)[None, :]
+
+
+def _stops(tokens, index, max_lengths, end_id):
+    """True where a token ends its hypothesis: the end token or the length limit."""
+    full = ops.greater_equal(index + 1, max_lengths)
+    if end_id is None:
+        return full
+    return ops.logical_or(ops.equal(tokens, end_id), full)
+
+
+# -- the two searches, as functions of tensors -------------------------------------
+
+
+def _greedy(model, source_ids, max_lengths, max_length, use_cache, end_id):
+    step = _step_function(model, source_ids, max_length, use_cache)
+    rows = ops.shape(source_ids)[0]
+    columns = ops.arange(max_length)
+    steps = ops.max(max_lengths)
+
+    def cond(index, tokens, output, scores, done, state):
+        return ops.logical_and(ops.less(index, steps), ops.logical_not(ops.all(done)))
+
+    def body(index, tokens, output, scores, done, state):
+        logits, state = step(tokens, index, state)
+        log_probs = _log_probs(logits)
+        chosen = ops.cast(ops.argmax(log_probs, axis=-1), "int32")
+        chosen = ops.where(done, PAD_ID, chosen)
+        gain = ops.take_along_axis(log_probs, chosen[:, None], axis=1)[:, 0]
+        scores = scores + ops.where(done, 0.0, gain)
+        output = ops.where(_at_column(columns, index), chosen[:, None], output)
+        done = ops.logical_or(done, _stops(chosen, index, max_lengths, end_id))
+        return index + 1, chosen, output, scores, done, state
+
+    start = (
+        ops.convert_to_tensor(0, "int32"),
+        ops.full((rows,), START_ID, "int32"),
+        ops.zeros((rows, max_length), "int32"),
+        ops.zeros((rows,), "float32"),
+        ops.less_equal(max_lengths, 0),
+        step.initial_state,
+    )
+    _, _, output, scores, _, _ = ops.while_loop(cond, body, start)
+    return output, scores
+
+
+def _beam(
+    model, source_ids, max_lengths, max_length, use_cache, end_id, beam_size, alpha
+):
+    rows = ops.shape(source_ids)[0]
+    k = beam_size
+    # Every hypothesis is a row of the decoder's batch: (B * K, ...).
+    step = _step_function(
+        model, ops.repeat(source_ids, k, axis=0), max_length, use_cache
+    )
+    columns = ops.arange(max_length)
+    steps = ops.max(max_lengths)
+    limits = max_lengths[:, None]  # (B, 1)
+    # Row b, hypothesis j sits at b * K + j of the decoder's batch.
+    row_starts = (ops.arange(rows, dtype="int32") * k)[:, None]
+
+    def cond(index, tokens, output, log_probs, lengths, finished, state):
+        return ops.logical_and(
+            ops.less(index, steps), ops.logical_not(ops.all(finished))
+        )
+
+    def body(index, tokens, output, log_probs, lengths, finished, state):
+        logits, state = step(tokens, index, state)
+        step_log_probs = _log_probs(logits)
+        vocab = ops.shape(step_log_probs)[-1]
+        step_log_probs = ops.reshape(step_log_probs, (rows, k, vocab))
+        # A finished hypothesis has one candidate: itself, unchanged (its
+        # "next token" is padding, at no cost).
+        carry_over = ops.where(ops.equal(ops.arange(vocab), PAD_ID), 0.0, IMPOSSIBLE)
+        step_log_probs = ops.where(
+            finished[:, :, None], carry_over[None, None, :], step_log_probs
+        )
+        candidates = log_probs[:, :, None] + step_log_probs  # (B, K, V)
+        candidate_lengths = ops.where(finished, lengths, index + 1)  # (B, K)
+        penalty = length_penalty(ops.cast(candidate_lengths, "float32"), alpha)
+        ranking = candidates / penalty[:, :, None]
+        # The K best of the K * V candidates of each input.
+        _, best = ops.top_k(ops.reshape(ranking, (rows, k * vocab)), k)  # (B, K)
+        parents = best // vocab
+        chosen = ops.cast(best % vocab, "int32")
+        log_probs = ops.take_along_axis(
+            ops.reshape(candidates, (rows, k * vocab)), best, axis=1
+        )
+        parent_finished = ops.take_along_axis(finished, parents, axis=1)
+        lengths = ops.take_along_axis(candidate_lengths, parents, axis=1)
+        chosen = ops.where(parent_finished, PAD_ID, chosen)
+        finished = ops.logical_or(
+            parent_finished, _stops(chosen, index, limits, end_id)
+        )
+        # Each kept hypothesis continues its parent's tokens, cache and state.
+        output = ops.take_along_axis(output, parents[:, :, None], axis=1)
+        output = ops.where(_at_column(columns, index)[None], chosen[:, :, None], output)
+        flat_parents = ops.reshape(row_starts + ops.cast(parents, "int32"), (-1,))
+        state = keras.tree.map_structure(
+            lambda x: ops.take(x, flat_parents, axis=0), state
+        )
+        return (
+            index + 1,
+            ops.reshape(chosen, (-1,)),
+            output,
+            log_probs,
+            lengths,
+            finished,
+            state,
+        )
+
+    # All K hypotheses start as the same [START]; only the first may be
+    # extended at the first step, or the beam would hold K copies.
+    first = ops.equal(ops.arange(k), 0)[None, :]
+    start = (
+        ops.convert_to_tensor(0, "int32"),
+        ops.full((rows * k,), START_ID, "int32"),
+        ops.zeros((rows, k, max_length), "int32"),
+        ops.where(first, 0.0, IMPOSSIBLE) + ops.zeros((rows, k), "float32"),
+        ops.zeros((rows, k), "int32"),
+        ops.logical_and(ops.less_equal(limits, 0), ops.ones((rows, k), "bool")),
+        step.initial_state,
+    )
+    _, _, output, log_probs, lengths, _, _ = ops.while_loop(cond, body, start)
+    scores = log_probs / length_penalty(ops.cast(lengths, "float32"), alpha)
+    return output, scores, log_probs
+
+
+# -- compilation ------------------------------------------------------------------
+
+
+def _compile(model, fn):
+    """``fn(*tensors)`` compiled for the backend, reading the model's weights."""
+    backend = keras.backend.backend()
+    if backend == "jax":
+        import jax
+
+        variables = model.variables
+
+        @jax.jit
+        def run(values, *args):
+            # The weights are arguments, not constants baked into the
+            # program: the same compilation serves the weights after a
+            # further fit() or a checkpoint load.
+            with keras.StatelessScope(
+                state_mapping=list(zip(variables, values, strict=True))
+            ):
+                return fn(*args)
+
+        return lambda *args: run([v.value for v in variables], *args)
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        return tf.function(fn, jit_compile=True)
+    if backend == "torch":
+        import torch
+
+        def run(*args):
+            with torch.no_grad():
+                return fn(*(ops.convert_to_tensor(arg) for arg in args))
+
+        return run
+    return fn
+
+
+def _compiled_search(model, key, fn):
+    """The compiled ``fn`` for ``key`` (search and static arguments), made once
+    per model and kept on it."""
+    functions = getattr(model, "_decoding_functions", None)
+    if functions is None:
+        functions = {}
+        # Past Keras' attribute tracking: a cache of functions is not state to
+        # save or to count as layers.
+        object.__setattr__(model, "_decoding_functions", functions)
+    if key not in functions:
+        functions[key] = _compile(model, fn)
+    return functions[key]
+
+
+def _check_inputs(model, source_ids, max_lengths, max_length):
+    """Checks on the host, before anything is compiled: inside the compiled
+    loop a bad id would give garbage (JAX) or a late, obscure error."""
+    source_ids = np.asarray(source_ids)
+    if source_ids.ndim != 2 or not np.issubdtype(source_ids.dtype, np.integer):
+        raise ValueError(
+            "source_ids must be a 2-D integer array (batch, length). "
+            f"Received: shape={source_ids.shape}, dtype={source_ids.dtype}"
+        )
+    limits = model._limits()
+    vocab_size, source_limit = limits["encoder_inputs"]
+    _, target_limit = limits["decoder_inputs"]
+    if source_ids.size and (source_ids.min() < 0 or source_ids.max() >= vocab_size):
+        raise ValueError(
+            f"Token ids must be in [0, {vocab_size}) (vocab_size={vocab_size}). "
+            f"Received ids from {source_ids.min()} to {source_ids.max()}."
+        )
+    if source_limit is not None and source_ids.shape[1] > source_limit:
+        raise ValueError(
+            f"source_ids is longer than the model's max_length={source_limit}. "
+            f"Received: source_ids.shape={source_ids.shape}"
+        )
+    rows = source_ids.shape[0]
+    max_lengths = np.broadcast_to(np.asarray(max_lengths, "int32"), (rows,))
+    if max_length is None:
+        max_length = int(max_lengths.max()) if rows else 1
+    if max_lengths.size and (max_lengths.min() < 0 or max_lengths.max() > max_length):
+        raise ValueError(
+            f"max_lengths must be in [0, max_length={max_length}]. Received "
+            f"values from {max_lengths.min()} to {max_lengths.max()}."
+        )
+    if target_limit is not None and max_length > target_limit:
+        raise ValueError(
+            f"max_length={max_length} is more than the model's "
+            f"max_length={target_limit} (positions of the decoder)."
+        )
+    return source_ids.astype("int32"), np.array(max_lengths), int(max_length)
+
+
+def _numpy(x):
+    return np.asarray(ops.convert_to_numpy(x))
+
+
+def greedy_search(
+    model, source_ids, max_lengths, max_length=None, use_cache=True, end_id=END_ID
+):
+    """Greedy decoding: the most probable next token at every step.
+
+    Args:
+        model: a ``Transformer`` from ``build_model``.
+        source_ids: ``(B, S)`` int array of source ids, 0-padded.
+        max_lengths: int or ``(B,)`` ints: the most tokens to generate per
+            row (the end token included). 0 generates nothing.
+        max_length: int, the width of the output and of the cache (default
+            ``max(max_lengths)``). A fixed value (a bucket) lets the compiled
+            loop serve many calls. At most the model's ``max_length``.
+        use_cache: bool, decode with the key/value cache (default) or run
+            the whole model on the prefix at every step.
+        end_id: the token that ends a hypothesis, or None to always generate
+            ``max_lengths`` tokens (for benchmarks; the end token is then an
+            ordinary token).
+
+    Returns:
+        ``(tokens, scores)``: ``(B, max_length)`` int32 NumPy array, the
+        generated tokens of each row followed by 0; and ``(B,)`` float32,
+        each row's log-probability ``log P(Y | X)``.
+    """
+    source_ids, max_lengths, max_length = _check_inputs(
+        model, source_ids, max_lengths, max_length
+    )
+    key = ("greedy", max_length, bool(use_cache), end_id)
+    run = _compiled_search(
+        model,
+        key,
+        lambda src, lengths: _greedy(
+            model, src, lengths, max_length, bool(use_cache), end_id
+        ),
+    )
+    tokens, scores = run(source_ids, max_lengths)
+    return _numpy(tokens), _numpy(scores)
+
+
+def beam_search(
+    model,
+    source_ids,
+    max_lengths,
+    beam_size=4,
+    length_penalty=0.6,
+    max_length=None,
+    use_cache=True,
+    end_id=END_ID,
+):
+    """Beam search with the GNMT length penalty (paper §6.1: 4 beams, α = 0.6).
+
+    Args:
+        model, source_ids, max_lengths, max_length, use_cache, end_id: as for
+            ``greedy_search``.
+        beam_size: int >= 1, hypotheses kept per input. 1 is greedy search.
+        length_penalty: float >= 0, α of ``((5 + |Y|) / 6) ** α``;
+            0 ranks by log-probability alone, larger values favour longer
+            outputs.
+
+    Returns:
+        ``(tokens, scores, log_probs)``: ``(B, beam_size, max_length)`` int32,
+        each row's hypotheses best first (tokens followed by 0); their
+        scores ``log P(Y | X) / lp(Y)`` ``(B, beam_size)``, and their
+        log-probabilities. A hypothesis that could not be filled (a
+        vocabulary smaller than the beam) has a score below -1e29.
+    """
+    beam_size = check_beam_size(beam_size)
+    alpha = check_length_penalty(length_penalty)
+    source_ids, max_lengths, max_length = _check_inputs(
+        model, source_ids, max_lengths, max_length
+    )
+    key = ("beam", max_length, bool(use_cache), end_id, beam_size)
+    run = _compiled_search(
+        model,
+        key,
+        lambda src, lengths, a: _beam(
+            model, src, lengths, max_length, bool(use_cache), end_id, beam_size, a
+        ),
+    )
+    tokens, scores, log_probs = run(
+        source_ids, max_lengths, np.asarray(alpha, "float32")
+    )
+    return _numpy(tokens), _numpy(scores), _numpy(log_probs)
+
+
+def check_beam_size(beam_size):
+    if isinstance(beam_size, bool) or not isinstance(beam_size, (int, np.integer)):
+        raise TypeError(f"beam_size must be an int. Received: beam_size={beam_size!r}")
+    if beam_size < 1:
+        raise ValueError(f"beam_size must be >= 1. Received: beam_size={beam_size}")
+    return int(beam_size)
+
+
+def check_length_penalty(alpha):
+    try:
+        alpha = float(alpha)
+    except (TypeError, ValueError):
+        raise TypeError(
+            f"length_penalty must be a number. Received: length_penalty={alpha!r}"
+        ) from None
+    if not alpha >= 0.0:  # also rejects NaN
+        raise ValueError(
+            f"length_penalty must be >= 0. Received: length_penalty={alpha}"
+        )
+    return alpha
