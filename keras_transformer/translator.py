@@ -1,4 +1,4 @@
-"""Tokenizer + Transformer + greedy decoding in one saveable ``keras.Model``.
+"""Tokenizer + Transformer + beam search in one saveable ``keras.Model``.
 
 ``Translator(tokenizer, transformer).translate(["..."])`` returns a list of
 strings. Saved with ``translator.save("t.keras")`` the file holds the
@@ -6,34 +6,33 @@ transformer's weights and the tokenizer's vocabulary (as the asset
 ``vocabulary.spm``), and ``keras.saving.load_model("t.keras")`` rebuilds it on
 any backend without ``custom_objects``.
 
-Decoding (uncached; each step re-runs the whole decoder on the prefix):
+Decoding (the search itself is ``keras_transformer.decoding``):
 
+- Beam search with 4 beams and length penalty α = 0.6 by default, as in the
+  paper (§6.1); ``beam_size=1`` is greedy search. A key/value cache makes
+  each step cost one decoder position; ``use_cache=False`` reruns the whole
+  model on the prefix instead (the same tokens, slower).
 - Sources are encoded with ``END_ID`` at the end (``encode``'s convention,
   the one training uses), padded with 0 to a bucket length from
   ``bucket_boundaries(..., step=2)`` (8, 16, 32, ... up to the model's
-  ``max_length``). The decoder input grows by the same buckets and batches
-  have a power-of-two number of rows (padding rows are all 0), so a compiled
-  forward pass is traced once per (rows, source bucket, decoder bucket), not
-  once per step. Padding does not change the result: the encoder's padding
-  mask hides padded sources from cross-attention, and position ``t`` of the
-  decoder only sees positions ``<= t`` (the causal mask), so decoder padding
-  after the prefix is never looked at.
-- The decoder starts from ``[START_ID]``; each step appends the argmax of the
-  logits at the last position of the prefix. ``PAD_ID`` and ``START_ID`` are
-  never chosen: neither can occur inside a target sentence (a fed-back 0
-  would even be masked out as padding). A row stops at ``END_ID`` or at its
-  maximum output length: by default the source length (in tokens, without
-  ``END_ID``) + 50, as in the paper (§6.1); never more than the model's
-  ``max_length`` (the decoder input of the last step holds all but the last
-  generated token, after ``START_ID``).
-- The forward pass is the transformer's ``predict_on_batch``: inference mode
-  (no dropout), jitted on JAX, a ``tf.function`` on TensorFlow, ``no_grad``
-  on PyTorch.
+  ``max_length``). The output width (and cache length) takes the same
+  buckets, and batches have a power-of-two number of rows (padding rows are
+  all 0 and generate nothing), so the compiled decoding loop is built once
+  per (rows, source bucket, output bucket, beam size), not once per call.
+  Padding does not change the result: the encoder's padding mask hides
+  padded sources from cross-attention, and the causal mask hides positions
+  after the prefix.
+- The decoder starts from ``[START_ID]``. ``PAD_ID`` and ``START_ID`` are
+  never generated: neither can occur inside a target sentence. A hypothesis
+  ends at ``END_ID`` or at its maximum output length: by default the source
+  length (in tokens, without ``END_ID``) + 50, as in the paper (§6.1); never
+  more than the model's ``max_length``.
 - A source longer than the model's ``max_length`` (``END_ID`` included) is
   cut to its first ``max_length - 1`` tokens plus ``END_ID``, with a
   ``UserWarning`` that names the limit: translating the beginning is more
   useful than failing a whole batch for one long line, and the warning says
-  that it happened.
+  that it happened. Text the tokenizer cannot spell becomes ``<unk>``, also
+  with a ``UserWarning``.
 
 keras-hub 0.32 reads the vocabulary asset with ``open()`` and no ``close()``,
 so ``load_model`` emits a ``ResourceWarning`` (harmless; an error only where
@@ -46,11 +45,12 @@ import warnings
 import keras
 import numpy as np
 
+from keras_transformer import decoding
 from keras_transformer.data.batching import bucket_boundaries
 from keras_transformer.data.tokenizer import (
     END_ID,
     PAD_ID,
-    START_ID,
+    UNK_ID,
     decode,
     encode,
 )
@@ -90,7 +90,7 @@ def _boundaries(max_length):
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class Translator(keras.Model):
-    """A tokenizer and a Transformer that translate text greedily.
+    """A tokenizer and a Transformer that translate text (beam search).
 
     Args:
         tokenizer: a ``SentencePieceTokenizer`` from
@@ -152,43 +152,134 @@ class Translator(keras.Model):
 
     # -- decoding ------------------------------------------------------------
 
-    def translate(self, texts, max_output_length=None, batch_size=64):
-        """Translate sentences greedily.
+    def translate(
+        self,
+        texts,
+        beam_size=4,
+        length_penalty=0.6,
+        max_output_length=None,
+        batch_size=64,
+        use_cache=True,
+    ):
+        """Translate sentences with beam search (greedy with ``beam_size=1``).
 
         Args:
             texts: list of str.
+            beam_size: int >= 1, hypotheses kept per sentence; the paper's 4
+                by default (§6.1). 1 is greedy search.
+            length_penalty: float >= 0, α of the length penalty
+                ``((5 + |Y|) / 6) ** α`` (paper: 0.6).
             max_output_length: optional int, maximum number of generated
                 tokens per sentence (``END_ID`` included); overrides the
                 constructor's value and the default source length + 50. Capped
                 by the model's ``max_length``.
             batch_size: int, most sentences decoded together.
+            use_cache: bool, decode with the key/value cache (default), or
+                rerun the whole model on the prefix at each step (slower; the
+                same tokens).
 
         Returns:
             list of str, one per input (``""`` where the model ends at once).
         """
-        ids = self.translate_ids(texts, max_output_length, batch_size)
+        ids = self.translate_ids(
+            texts, beam_size, length_penalty, max_output_length, batch_size, use_cache
+        )
         return decode(self.tokenizer, ids)
 
-    def translate_ids(self, texts, max_output_length=None, batch_size=64):
+    def translate_ids(
+        self,
+        texts,
+        beam_size=4,
+        length_penalty=0.6,
+        max_output_length=None,
+        batch_size=64,
+        use_cache=True,
+    ):
         """Like ``translate`` but returns the generated token ids.
 
         Returns:
             list of lists of int: the tokens after ``START_ID``, ending with
             ``END_ID`` unless the maximum output length was reached first.
         """
-        return self.greedy_ids(
-            self.encode_sources(texts), max_output_length, batch_size
+        hypotheses = self.decode_ids(
+            self.encode_sources(texts),
+            beam_size,
+            length_penalty,
+            max_output_length,
+            batch_size,
+            use_cache,
         )
+        return [best[0][0] for best in hypotheses]
+
+    def n_best(
+        self,
+        texts,
+        n=None,
+        beam_size=4,
+        length_penalty=0.6,
+        max_output_length=None,
+        batch_size=64,
+        use_cache=True,
+    ):
+        """The ``n`` best translations of each sentence, with their scores.
+
+        Args:
+            texts: list of str.
+            n: int, at most ``beam_size`` (default: ``beam_size``).
+            other arguments: as for ``translate``.
+
+        Returns:
+            list (one per input) of lists of ``(translation, score)``, best
+            first; the score is ``log P(Y | X) / lp(Y)``, the quantity the
+            search ranks by.
+        """
+        n = beam_size if n is None else n
+        if isinstance(n, bool) or not isinstance(n, numbers.Integral):
+            raise TypeError(f"n must be an int. Received: n={n!r}")
+        if not 1 <= n <= beam_size:
+            raise ValueError(
+                f"n must be between 1 and beam_size={beam_size}. Received: n={n}"
+            )
+        hypotheses = self.decode_ids(
+            self.encode_sources(texts),
+            beam_size,
+            length_penalty,
+            max_output_length,
+            batch_size,
+            use_cache,
+        )
+        results = []
+        for row in hypotheses:
+            row = row[:n]
+            texts_out = decode(self.tokenizer, [ids for ids, _ in row])
+            results.append(
+                [(text, score) for text, (_, score) in zip(texts_out, row, strict=True)]
+            )
+        return results
 
     def encode_sources(self, texts):
         """Source ids ending with ``END_ID``, cut to the model's ``max_length``.
 
         A source that is too long keeps its first ``max_length - 1`` tokens
-        and ``END_ID``, with a ``UserWarning``.
+        and ``END_ID``, with a ``UserWarning``. A source with text the
+        tokenizer cannot spell (``UNK_ID``) also gives a ``UserWarning``: it
+        is translated, but the model has not seen those characters.
         """
         if isinstance(texts, (str, bytes)):
             raise TypeError("texts must be a list of sentences, not one string.")
-        ids = encode(self.tokenizer, [str(text) for text in texts])
+        texts = [str(text) for text in texts]
+        ids = encode(self.tokenizer, texts)
+        unknown = [i for i, row in enumerate(ids) if UNK_ID in row]
+        if unknown:
+            example = texts[unknown[0]]
+            warnings.warn(
+                f"{len(unknown)} of {len(ids)} sources contain characters the "
+                f"tokenizer has never seen (read as <unk>), e.g. source "
+                f"{unknown[0]}: {example[:60]!r}. Their translations may be "
+                "poor there.",
+                UserWarning,
+                stacklevel=3,
+            )
         limit = self.source_max_length
         if limit is None:
             return ids
@@ -213,19 +304,30 @@ class Translator(keras.Model):
             max_output_length = min(max_output_length, self.target_max_length)
         return max_output_length
 
-    def greedy_ids(self, source_ids, max_output_length=None, batch_size=64):
-        """Greedy decoding of encoded sources.
+    def decode_ids(
+        self,
+        source_ids,
+        beam_size=4,
+        length_penalty=0.6,
+        max_output_length=None,
+        batch_size=64,
+        use_cache=True,
+    ):
+        """Search for the translations of encoded sources.
 
         Args:
             source_ids: list of lists of int, each ending with ``END_ID`` (as
                 ``encode`` gives them), no padding, at most the model's
                 ``max_length`` long.
-            max_output_length: see ``translate``.
-            batch_size: int, most sources decoded together.
+            other arguments: as for ``translate``.
 
         Returns:
-            list of lists of int, see ``translate_ids``.
+            list (one per source) of ``beam_size`` hypotheses ``(ids,
+            score)``, best first: ids as in ``translate_ids``, score
+            ``log P(Y | X) / lp(Y)``.
         """
+        beam_size = decoding.check_beam_size(beam_size)
+        length_penalty = decoding.check_length_penalty(length_penalty)
         max_output_length = _check_length(max_output_length, "max_output_length")
         if max_output_length is None:
             max_output_length = self.max_output_length
@@ -250,16 +352,24 @@ class Translator(keras.Model):
         results = [None] * len(sources)
         for start in range(0, len(order), batch_size):
             chunk = order[start : start + batch_size]
-            outputs = self._greedy_batch(
-                [sources[i] for i in chunk], [limits[i] for i in chunk], batch_size
+            outputs = self._decode_batch(
+                [sources[i] for i in chunk],
+                [limits[i] for i in chunk],
+                batch_size,
+                beam_size,
+                length_penalty,
+                use_cache,
             )
             for i, output in zip(chunk, outputs, strict=True):
                 results[i] = output
         return results
 
-    def _greedy_batch(self, sources, limits, batch_size):
+    def _decode_batch(
+        self, sources, limits, batch_size, beam_size, length_penalty, use_cache
+    ):
         rows = len(sources)
-        # A power of two of rows (capped by batch_size) keeps shapes few.
+        # A power of two of rows (capped by batch_size) and bucketed widths
+        # keep the compiled loop's shapes few.
         padded_rows = min(1 << (rows - 1).bit_length(), batch_size)
         src_width = _bucket(
             max(max(len(r) for r in sources), 1), self._source_boundaries
@@ -267,29 +377,37 @@ class Translator(keras.Model):
         src = np.zeros((padded_rows, src_width), "int32")
         for i, row in enumerate(sources):
             src[i, : len(row)] = row
-        steps = max(limits)
-        dec = np.zeros((padded_rows, _bucket(steps, self._target_boundaries)), "int32")
-        dec[:, 0] = START_ID
-        done = np.ones(padded_rows, bool)
-        done[:rows] = False
-        outputs = [[] for _ in range(rows)]
-        for step in range(steps):
-            width = _bucket(step + 1, self._target_boundaries)
-            logits = self.transformer.predict_on_batch(
-                {"encoder_inputs": src, "decoder_inputs": dec[:, :width]}
+        # Padding rows generate nothing (limit 0).
+        max_lengths = np.zeros(padded_rows, "int32")
+        max_lengths[:rows] = limits
+        width = _bucket(max(limits), self._target_boundaries)
+        if beam_size == 1:
+            tokens, log_probs = decoding.greedy_search(
+                self.transformer, src, max_lengths, width, use_cache
             )
-            logits = np.asarray(logits)[:, step].copy()
-            logits[:, [PAD_ID, START_ID]] = -np.inf
-            next_ids = logits.argmax(-1).astype("int32")
-            for i in range(rows):
-                if done[i]:
-                    continue
-                token = int(next_ids[i])
-                outputs[i].append(token)
-                if token == END_ID or len(outputs[i]) >= limits[i]:
-                    done[i] = True
-                elif step + 1 < dec.shape[1]:
-                    dec[i, step + 1] = token
-            if done.all():
-                break
+            tokens, log_probs = tokens[:, None], log_probs[:, None]
+        else:
+            tokens, _, log_probs = decoding.beam_search(
+                self.transformer,
+                src,
+                max_lengths,
+                beam_size,
+                length_penalty,
+                width,
+                use_cache,
+            )
+        outputs = []
+        for i in range(rows):
+            hypotheses = []
+            for ids, log_prob in zip(tokens[i], log_probs[i], strict=True):
+                if hypotheses and log_prob < decoding.IMPOSSIBLE / 2:
+                    continue  # an empty beam slot (vocabulary < beam)
+                # Generated tokens are never PAD_ID: the first 0 ends a row.
+                ids = ids.tolist()
+                ids = ids[: ids.index(PAD_ID)] if PAD_ID in ids else ids
+                score = float(log_prob) / decoding.length_penalty(
+                    len(ids), length_penalty
+                )
+                hypotheses.append((ids, score))
+            outputs.append(sorted(hypotheses, key=lambda h: -h[1]))
         return outputs

@@ -11,6 +11,7 @@ from keras_transformer import build_model
 from keras_transformer.data import tokenizer as tk
 from keras_transformer.data.numbers import english, german
 from keras_transformer.translator import Translator
+from tests import numpy_reference
 
 NUMBERS = list(range(0, 1000, 5))  # 200 numbers
 SOURCES = [english(n) for n in NUMBERS]
@@ -152,10 +153,13 @@ def test_greedy_matches_naive_reference(trained):
     assert any(len(row) == limit for row in expected)
     # One padded batch, several batches (a partial one with padding rows),
     # and the raw-id entry point all agree with the unpadded reference.
-    assert trained.translate_ids(texts, max_output_length=limit) == expected
-    assert trained.translate_ids(texts, limit, batch_size=2) == expected
-    assert trained.greedy_ids(src, max_output_length=limit) == expected
-    assert trained.translate(texts, limit) == tk.decode(trained.tokenizer, expected)
+    greedy = dict(beam_size=1, max_output_length=limit)
+    assert trained.translate_ids(texts, **greedy) == expected
+    assert trained.translate_ids(texts, **greedy, batch_size=2) == expected
+    assert [row[0][0] for row in trained.decode_ids(src, **greedy)] == expected
+    assert trained.translate(texts, **greedy) == tk.decode(trained.tokenizer, expected)
+    # Without the cache: the same tokens.
+    assert trained.translate_ids(texts, **greedy, use_cache=False) == expected
 
 
 def test_training_sanity(trained):
@@ -193,10 +197,17 @@ def test_empty_and_unseen_characters(trained):
     texts = ["", "Ω", "one # two"]
     src = tk.encode(trained.tokenizer, texts)
     assert tk.UNK_ID in src[1] and tk.UNK_ID in src[2]
-    out = trained.translate(texts, max_output_length=4)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = trained.translate(texts, max_output_length=4)
+        ids = trained.translate_ids(texts, beam_size=1, max_output_length=4)
+    ours = [w for w in caught if issubclass(w.category, UserWarning)]
+    # Not silent: one warning per call names how many sources had <unk>.
+    assert len(ours) == 2
+    assert all("2 of 3 sources" in str(w.message) for w in ours)
     assert len(out) == 3 and all(isinstance(text, str) for text in out)
     expected = [naive_greedy(trained.transformer, row, 4) for row in src]
-    assert trained.translate_ids(texts, max_output_length=4) == expected
+    assert ids == expected
 
 
 def warns_max_length(call, limit):
@@ -219,7 +230,10 @@ def test_too_long_source_warns_and_is_truncated(tokenizer):
     full = tk.encode(tokenizer, [long_text])[0]
     assert len(full) > 16
     ids = warns_max_length(
-        lambda: translator.translate_ids([long_text, "one"], max_output_length=5), 16
+        lambda: translator.translate_ids(
+            [long_text, "one"], beam_size=1, max_output_length=5
+        ),
+        16,
     )
     # The first 15 tokens and END: decoded as if given that way.
     cut = full[:15] + [tk.END_ID]
@@ -240,3 +254,85 @@ def test_bad_arguments(tokenizer):
     small = build_model("tiny", src_vocab_size=10, **SMALL)
     with pytest.raises(ValueError, match="vocabulary"):
         Translator(tokenizer, small)
+
+
+def naive_beam(model, src_ids, beam_size, alpha, limit):
+    """``numpy_reference.beam_search`` with log-probabilities from the model
+    on each unpadded prefix, one hypothesis at a time."""
+
+    def next_log_probs(tokens):
+        logits = model.predict_on_batch(
+            {
+                "encoder_inputs": np.array([src_ids], "int32"),
+                "decoder_inputs": np.array([[tk.START_ID, *tokens]], "int32"),
+            }
+        )
+        return numpy_reference.log_softmax(np.asarray(logits)[0, -1])
+
+    return numpy_reference.beam_search(next_log_probs, beam_size, alpha, limit)
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.6])
+def test_beam_matches_naive_reference(trained, alpha):
+    texts = [SOURCES[i] for i in (3, 57, 199)] + [""]
+    src = tk.encode(trained.tokenizer, texts)
+    limit = 7
+    expected = [naive_beam(trained.transformer, row, 3, alpha, limit) for row in src]
+    # Not trivial: some best hypotheses end with END, some at the limit, and
+    # beams hold finished and unfinished hypotheses of several lengths.
+    lengths = {len(ids) for beam in expected for ids, _ in beam}
+    assert len(lengths) >= 2 and limit in lengths
+    for use_cache in (True, False):
+        got = trained.decode_ids(
+            src, 3, alpha, max_output_length=limit, use_cache=use_cache
+        )
+        for beam, reference in zip(got, expected, strict=True):
+            assert [ids for ids, _ in beam] == [ids for ids, _ in reference]
+            np.testing.assert_allclose(
+                [score for _, score in beam],
+                [score for _, score in reference],
+                rtol=1e-4,
+            )
+    best = trained.translate_ids(texts, 3, alpha, max_output_length=limit)
+    assert best == [reference[0][0] for reference in expected]
+
+
+def test_beam_size_one_is_greedy(trained):
+    texts = SOURCES[::9]
+    greedy = [
+        naive_greedy(trained.transformer, row, 12)
+        for row in tk.encode(trained.tokenizer, texts[:4])
+    ]
+    assert trained.translate_ids(texts[:4], beam_size=1, max_output_length=12) == greedy
+    # beam_size=1 runs the greedy loop; the beam loop with one beam agrees.
+    from keras_transformer import decoding
+
+    src = np.zeros((len(texts), 16), "int32")
+    for i, row in enumerate(tk.encode(trained.tokenizer, texts)):
+        src[i, : len(row)] = row
+    tokens, _ = decoding.greedy_search(trained.transformer, src, 12)
+    beam_tokens, _, _ = decoding.beam_search(trained.transformer, src, 12, beam_size=1)
+    np.testing.assert_array_equal(beam_tokens[:, 0], tokens)
+
+
+def test_n_best(trained):
+    texts = SOURCES[:6]
+    n_best = trained.n_best(texts, n=3, beam_size=4)
+    assert len(n_best) == len(texts)
+    for row, best in zip(n_best, trained.translate(texts, beam_size=4), strict=True):
+        assert len(row) == 3
+        scores = [score for _, score in row]
+        assert scores == sorted(scores, reverse=True) and all(s <= 0 for s in scores)
+        assert row[0][0] == best
+        assert len({text for text, _ in row}) == 3  # distinct hypotheses
+
+
+def test_bad_search_arguments(trained):
+    with pytest.raises(ValueError, match="beam_size must be >= 1"):
+        trained.translate(["one"], beam_size=0)
+    with pytest.raises(TypeError, match="beam_size"):
+        trained.translate(["one"], beam_size=2.0)
+    with pytest.raises(ValueError, match="length_penalty must be >= 0"):
+        trained.translate(["one"], length_penalty=-0.5)
+    with pytest.raises(ValueError, match="n must be between 1 and beam_size=2"):
+        trained.n_best(["one"], n=3, beam_size=2)
