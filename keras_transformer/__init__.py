@@ -3,6 +3,8 @@
 Runs on TensorFlow, JAX and PyTorch (choose with ``KERAS_BACKEND``).
 """
 
+from keras_transformer.attention_maps import AttentionMaps, attention_maps
+from keras_transformer.decoding import beam_search, greedy_search, length_penalty
 from keras_transformer.distribute import DataParallelSetup, data_parallel
 from keras_transformer.layers import (
     DecoderBlock,
@@ -28,6 +30,7 @@ from keras_transformer.translator import Translator
 __version__ = "0.1.0"
 
 __all__ = [
+    "AttentionMaps",
     "CONFIGS",
     "DataParallelSetup",
     "DecoderBlock",
@@ -42,10 +45,14 @@ __all__ = [
     "TransformerConfig",
     "TransformerSchedule",
     "Translator",
+    "attention_maps",
+    "beam_search",
     "build_model",
     "causal_mask",
     "data_parallel",
     "get_config",
+    "greedy_search",
+    "length_penalty",
     "padding_mask",
     "sinusoidal_table",
     "transformer_optimizer",
