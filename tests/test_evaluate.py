@@ -135,6 +135,7 @@ def test_end_to_end(model_path, data, tmp_path, capsys):
     argv = ["--model", str(model_path), "--source", str(source)]
     argv += ["--reference", str(reference), "--out", str(out)]
     argv += ["--hypotheses", str(hyps), "--batch-size", "2"]
+    argv += ["--beam-size", "3", "--length-penalty", "0.5"]
     result = evaluate.main(argv)
     saved = json.loads(out.read_text(encoding="utf-8"))
     assert saved == result
@@ -146,10 +147,36 @@ def test_end_to_end(model_path, data, tmp_path, capsys):
     assert saved["seconds"] >= 0
     lines = hyps.read_text(encoding="utf-8").split("\n")
     assert len(lines) == 6 and lines[-1] == ""  # five lines, each with "\n"
-    # The scores are those of the hypotheses written.
+    # The scores are those of the hypotheses written, and these come from
+    # the search asked for.
     assert evaluate.score(lines[:5], SENTENCES[:5])["bleu"] == saved["bleu"]
+    assert saved["beam_size"] == 3 and saved["length_penalty"] == 0.5
+    translator = evaluate.load_translator(model_path)
+    sources = SENTENCES[10:15]
+    assert lines[:5] == translator.translate(sources, 3, 0.5)
     printed = capsys.readouterr().out
     assert "BLEU" in printed and "chrF" in printed and str(out) in printed
+
+
+def test_weights_from_a_checkpoint(model_path, data, tmp_path, capsys):
+    from keras_transformer import checkpoints
+
+    source, reference = data
+    translator = evaluate.load_translator(model_path)
+    model = translator.transformer
+    model.set_weights([w * 1.5 for w in model.get_weights()])
+    path = checkpoints.save_checkpoint(model, tmp_path / "ckpt", {"iterations": 7})
+    out, hyps = tmp_path / "run" / "eval.json", tmp_path / "run" / "hyps.txt"
+    argv = ["--model", str(model_path), "--source", str(source)]
+    argv += ["--reference", str(reference), "--out", str(out)]
+    argv += ["--hypotheses", str(hyps), "--beam-size", "2"]
+    result = evaluate.main([*argv, "--checkpoint", str(path)])
+    assert result["checkpoint"] == str(path)
+    expected = translator.translate(SENTENCES[10:15], beam_size=2)
+    assert hyps.read_text(encoding="utf-8").splitlines() == expected
+    bad = [*argv[:6], "--checkpoint", str(tmp_path)]
+    err = run_failing(bad, capsys, tmp_path / "o")
+    assert f"{tmp_path}: not a checkpoint folder" in err
 
 
 def test_default_out_next_to_the_model(model_path, data):
@@ -245,6 +272,37 @@ def test_translate_command_arguments_and_stdin(model_path, capsys):
         expected
     )
     assert out.getvalue().splitlines() == expected
+
+
+def test_translate_command_search_options(model_path, capsys):
+    from training import translate
+
+    sentences = SENTENCES[3:5]
+    translator = evaluate.load_translator(model_path)
+    greedy = translate.main(
+        ["--model", str(model_path), "--beam-size", "1"] + sentences
+    )
+    assert greedy == translator.translate(sentences, beam_size=1)
+    capsys.readouterr()
+    n_best = translate.main(
+        ["--model", str(model_path), "--beam-size", "3", "--n-best", "2", *sentences]
+    )
+    assert n_best == translator.n_best(sentences, n=2, beam_size=3)
+    blocks = capsys.readouterr().out.split("\n\n")
+    assert len(blocks) == 3 and blocks[2] == ""  # two sentences, then the end
+    for block, hypotheses in zip(blocks, n_best, strict=False):
+        lines = block.split("\n")
+        assert [line.split("\t", 1)[1] for line in lines] == [t for t, _ in hypotheses]
+        assert [float(line.split("\t")[0]) for line in lines] == pytest.approx(
+            [score for _, score in hypotheses], abs=1e-4
+        )
+    for bad in (["--beam-size", "0"], ["--length-penalty", "-1"], ["--n-best", "5"]):
+        with pytest.raises(SystemExit) as raised:
+            translate.main(["--model", str(model_path), *bad, "x"])
+        assert raised.value.code == 2
+    err = capsys.readouterr().err
+    assert "must be >= 1, got 0" in err and "must be >= 0, got -1.0" in err
+    assert "--n-best 5 is more than --beam-size 4" in err
 
 
 def test_translate_command_missing_model(tmp_path, capsys):

@@ -25,7 +25,7 @@ MULTI30K = REPO.parent / "shared" / "data" / "multi30k"
 SMALL = [
     "--num-layers", "1", "--d-model", "32", "--num-heads", "2", "--d-ff", "64",
     "--max-length", "64", "--vocab-size", "60", "--batch-tokens", "256",
-    "--bucket-lengths", "16,64",
+    "--bucket-lengths", "16,64", "--beam-size", "1",
 ]  # fmt: skip
 NUMBERS = ["--task", "numbers", "--train-size", "300", "--val-size", "16",
            "--test-size", "16"]  # fmt: skip
@@ -51,8 +51,9 @@ def finished(tmp_path_factory):
     """A finished two-epoch run on the number task: (out folder, results)."""
     out = tmp_path_factory.mktemp("finished") / "run"
     results = run(
-        out, "--epochs", "2", "--average-last", "2", "--checkpoint-steps", "3"
-    )
+        out, "--epochs", "2", "--average-last", "2", "--checkpoint-steps", "3",
+        "--beam-size", "2",
+    )  # fmt: skip
     keras.config.set_dtype_policy("float32")
     keras.utils.clear_session()
     return out, results
@@ -71,6 +72,9 @@ def test_numbers_run_writes_everything(finished):
     assert saved == pytest.approx(results)
     assert saved["split"] == "test" and saved["sentences"] == 16
     assert 0.0 <= saved["exact_match"] <= 1.0
+    # Beam search as asked (the last --beam-size wins), and greedy to compare.
+    assert saved["beam_size"] == 2 and saved["length_penalty"] == 0.6
+    assert 0.0 <= saved["exact_match_greedy"] <= 1.0
     # TensorBoard event files for training and validation.
     logs = [str(p) for p in (out / "logs").rglob("events.out.tfevents.*")]
     assert any("train" in p for p in logs) and any("validation" in p for p in logs)

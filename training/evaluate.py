@@ -2,14 +2,20 @@
 
     python -m training.evaluate --model runs/x/translator.keras \\
         --source data/val.de.gz --reference data/val.en.gz \\
-        [--out runs/x/eval-val.json] [--hypotheses runs/x/val.hyp] [--batch-size 64]
+        [--out runs/x/eval-val.json] [--hypotheses runs/x/val.hyp] [--batch-size 64] \\
+        [--beam-size 4] [--length-penalty 0.6] [--checkpoint runs/x/checkpoints/step-…]
 
 The source and reference files are checked (same number of lines, no empty
 line, valid UTF-8) before the model is loaded, and a bad file, like a missing
 model, stops the run with exit status 2 and a message naming the file. Scores
 come from sacrebleu with its default settings (detokenized text, 13a
-tokenization for BLEU). The JSON written holds the scores, their sacrebleu
-signatures and the run's model, data, backend and translation time; by
+tokenization for BLEU). Decoding is beam search with 4 beams and length
+penalty 0.6 by default, as in the paper (§6.1); ``--beam-size 1`` is greedy.
+``--checkpoint`` evaluates the weights of one of ``training.train``'s
+checkpoint folders instead of the saved model's (e.g. the last checkpoint
+rather than the average of the last few). The JSON written holds the scores,
+their sacrebleu signatures and the run's model, checkpoint, data, search
+settings, backend and translation time; by
 default it goes next to the model as ``eval-<source name>.json``. Output files
 are replaced atomically: a failed run leaves earlier results as they were.
 """
@@ -23,6 +29,7 @@ import warnings
 import keras
 
 import keras_transformer as kt
+from keras_transformer import checkpoints
 from keras_transformer.checkpoints import write_atomic
 from keras_transformer.data.corpus import CorpusError, read_parallel
 
@@ -90,13 +97,15 @@ def load_translator(path):
         return keras.saving.load_model(path)
 
 
-def translate(translator, sources, batch_size):
-    """The translations of ``sources``, in order.
-
-    The one place that calls the decoder, so that decoding options (e.g. a
-    beam size) are added here and nowhere else.
-    """
-    return translator.translate(sources, batch_size=batch_size)
+def translate(translator, sources, batch_size, beam_size=4, length_penalty=0.6):
+    """The translations of ``sources``, in order (the scripts' one call site
+    of the decoder)."""
+    return translator.translate(
+        sources,
+        beam_size=beam_size,
+        length_penalty=length_penalty,
+        batch_size=batch_size,
+    )
 
 
 def default_out(model_path, source_path):
@@ -112,11 +121,42 @@ def default_out(model_path, source_path):
     return os.path.join(os.path.dirname(model_path), f"eval-{stem}.json")
 
 
-def _positive_int(text):
-    value = int(text)
+def positive_int(text):
+    """argparse type: an int >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
     return value
+
+
+def non_negative_float(text):
+    """argparse type: a float >= 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
+def add_search_arguments(parser):
+    """--beam-size and --length-penalty, with the paper's defaults (§6.1)."""
+    parser.add_argument(
+        "--beam-size",
+        type=positive_int,
+        default=4,
+        help="hypotheses kept per sentence (default 4, the paper's; 1 = greedy)",
+    )
+    parser.add_argument(
+        "--length-penalty",
+        type=non_negative_float,
+        default=0.6,
+        help="alpha of the length penalty ((5 + |Y|) / 6) ** alpha (default 0.6)",
+    )
 
 
 def main(argv=None):
@@ -138,7 +178,11 @@ def main(argv=None):
         "--out", help="JSON results (default: <model dir>/eval-<source>.json)"
     )
     parser.add_argument("--hypotheses", help="also write the translations here")
-    parser.add_argument("--batch-size", type=_positive_int, default=64)
+    parser.add_argument("--batch-size", type=positive_int, default=64)
+    add_search_arguments(parser)
+    parser.add_argument(
+        "--checkpoint", help="a training checkpoint folder whose weights to use"
+    )
     args = parser.parse_args(argv)
     out = args.out or default_out(args.model, args.source)
 
@@ -162,16 +206,29 @@ def main(argv=None):
             f"{args.model}: holds a {type(translator).__name__}, not a "
             "keras_transformer Translator"
         )
+    if args.checkpoint is not None:
+        weights = os.path.join(args.checkpoint, checkpoints.WEIGHTS_FILE)
+        if not os.path.isfile(weights):
+            fail(f"{args.checkpoint}: not a checkpoint folder (no {weights})")
+        try:
+            checkpoints.load_checkpoint(translator.transformer, args.checkpoint)
+        except ValueError as error:
+            fail(f"{args.checkpoint}: does not fit {args.model}: {error}")
 
     start = time.perf_counter()
-    hypotheses = translate(translator, sources, args.batch_size)
+    hypotheses = translate(
+        translator, sources, args.batch_size, args.beam_size, args.length_penalty
+    )
     seconds = time.perf_counter() - start
 
     result = score(hypotheses, references)
     result.update(
         model=args.model,
+        checkpoint=args.checkpoint,
         source=args.source,
         reference=args.reference,
+        beam_size=args.beam_size,
+        length_penalty=args.length_penalty,
         backend=keras.backend.backend(),
         seconds=round(seconds, 3),
     )

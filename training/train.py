@@ -41,7 +41,11 @@ import keras_transformer as kt  # noqa: E402
 from keras_transformer import checkpoints  # noqa: E402
 from keras_transformer import data as ktd  # noqa: E402
 from keras_transformer.callbacks import Checkpointer, TimeBudget  # noqa: E402
-from training.evaluate import load_translator, score  # noqa: E402
+from training.evaluate import (  # noqa: E402
+    add_search_arguments,
+    load_translator,
+    score,
+)
 
 # Per-task defaults; every one can be overridden on the command line.
 TASK_DEFAULTS = {
@@ -65,7 +69,17 @@ TASK_DEFAULTS = {
 
 # Settings that may change when a run is resumed (they don't change what a
 # step computes); every other setting must match the interrupted run.
-RESUMABLE_CHANGES = {"out", "overwrite", "epochs", "max_minutes", "verbose"}
+# Settings that may differ between a run and its resumption (the search
+# settings only affect the final report).
+RESUMABLE_CHANGES = {
+    "out",
+    "overwrite",
+    "epochs",
+    "max_minutes",
+    "verbose",
+    "beam_size",
+    "length_penalty",
+}
 
 RUN_FILE = "run.json"
 TOKENIZER_FILE = "tokenizer.model"
@@ -145,6 +159,7 @@ def parse_args(argv=None):
     parser.add_argument("--test-size", type=int, default=1000, help="numbers task")
     parser.add_argument("--max-lines", type=int, help="--data: use the first N")
     parser.add_argument("--verbose", choices=["0", "1", "2", "auto"], default="auto")
+    add_search_arguments(parser)  # for the final report
     args = parser.parse_args(argv)
 
     task = "numbers" if args.task else "data"
@@ -547,20 +562,30 @@ def report(path, data, trained, args):
     """Reload the saved translator, score it, print examples, write results."""
     translator = load_translator(path)  # keras.saving.load_model
     log(f"reloaded {path} with keras.saving.load_model")
-    results = {"trained_seconds": round(trained, 1), "backend": keras.backend.backend()}
+    search = {"beam_size": args.beam_size, "length_penalty": args.length_penalty}
+    results = {
+        "trained_seconds": round(trained, 1),
+        "backend": keras.backend.backend(),
+        **search,
+    }
     if args.task == "numbers":
         sources, references = data["test"]
-        start = time.monotonic()
-        hypotheses = translator.translate(sources, batch_size=256)
-        hits = [h == r for h, r in zip(hypotheses, references, strict=True)]
-        exact = float(np.mean(hits))
-        results.update(
-            split="test",
-            sentences=len(sources),
-            exact_match=exact,
-            decode_seconds=round(time.monotonic() - start, 1),
-        )
-        log(f"exact match on the test split ({len(sources)} numbers): {exact:.1%}")
+        # The configured search, then greedy search for comparison.
+        runs = [("", search)]
+        if args.beam_size > 1:
+            runs.append(("_greedy", {"beam_size": 1}))
+        for name, options in runs:
+            start = time.monotonic()
+            hypotheses = translator.translate(sources, batch_size=256, **options)
+            hits = [h == r for h, r in zip(hypotheses, references, strict=True)]
+            results[f"exact_match{name}"] = float(np.mean(hits))
+            results[f"decode_seconds{name}"] = round(time.monotonic() - start, 1)
+            log(
+                f"exact match on the test split ({len(sources)} numbers), "
+                f"beam size {options['beam_size']}: "
+                f"{results[f'exact_match{name}']:.1%}"
+            )
+        results.update(split="test", sentences=len(sources))
         examples = [
             "three hundred forty-two",
             "twenty-one thousand five",
@@ -570,7 +595,7 @@ def report(path, data, trained, args):
     else:
         sources, references = data["validation"]
         start = time.monotonic()
-        hypotheses = translator.translate(sources, batch_size=128)
+        hypotheses = translator.translate(sources, batch_size=128, **search)
         results.update(
             split="validation",
             sentences=len(sources),
@@ -587,7 +612,8 @@ def report(path, data, trained, args):
                 f"({scores['bleu_signature']})"
             )
         examples = sources[:4]
-    for source, target in zip(examples, translator.translate(examples), strict=True):
+    translations = translator.translate(examples, **search)
+    for source, target in zip(examples, translations, strict=True):
         log(f"  {source}  ->  {target}")
     checkpoints.write_json_atomic(os.path.join(args.out, RESULTS_FILE), results)
     return results

@@ -6,14 +6,22 @@
 
 Sentences come from the command line, or one per line from standard input
 when none are given; translations go to standard output, one per line, in
-the same order. Decoding is greedy for now.
+the same order. Decoding is beam search with 4 beams and length penalty 0.6
+by default, as in the paper (§6.1); ``--beam-size 1`` is greedy. With
+``--n-best N`` each sentence gives its N best translations, one per line as
+``score<TAB>translation``, then an empty line.
 """
 
 import argparse
 import sys
 
 import keras_transformer as kt
-from training.evaluate import load_translator, translate
+from training.evaluate import (
+    add_search_arguments,
+    load_translator,
+    positive_int,
+    translate,
+)
 
 
 def main(argv=None, stdin=None, stdout=None):
@@ -24,11 +32,17 @@ def main(argv=None, stdin=None, stdout=None):
         prog="python -m training.translate", description=__doc__.splitlines()[0]
     )
     parser.add_argument("--model", required=True, help="a saved translator.keras")
-    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--batch-size", type=positive_int, default=64)
+    add_search_arguments(parser)
+    parser.add_argument(
+        "--n-best", type=positive_int, help="print the N best (N <= --beam-size)"
+    )
     parser.add_argument("sentences", nargs="*", help="default: lines of stdin")
     args = parser.parse_args(argv)
-    if args.batch_size < 1:
-        parser.error("--batch-size must be >= 1")
+    if args.n_best is not None and args.n_best > args.beam_size:
+        parser.error(
+            f"--n-best {args.n_best} is more than --beam-size {args.beam_size}"
+        )
     try:
         translator = load_translator(args.model)
     except OSError as error:
@@ -40,7 +54,22 @@ def main(argv=None, stdin=None, stdout=None):
             f"{type(translator).__name__}, not a keras_transformer Translator\n",
         )
     sentences = args.sentences or [line.rstrip("\r\n") for line in stdin]
-    translations = translate(translator, sentences, args.batch_size)
+    if args.n_best is not None:
+        n_best = translator.n_best(
+            sentences,
+            n=args.n_best,
+            beam_size=args.beam_size,
+            length_penalty=args.length_penalty,
+            batch_size=args.batch_size,
+        )
+        for hypotheses in n_best:
+            for text, score in hypotheses:
+                print(f"{score:.4f}\t{text}", file=stdout)
+            print(file=stdout)
+        return n_best
+    translations = translate(
+        translator, sentences, args.batch_size, args.beam_size, args.length_penalty
+    )
     for translation in translations:
         print(translation, file=stdout)
     return translations
