@@ -38,6 +38,7 @@ import numpy as np
 from keras import ops
 
 from keras_transformer.data.tokenizer import END_ID, PAD_ID, START_ID
+from keras_transformer.layers.attention import call_inference
 from keras_transformer.layers.position import sinusoidal_table
 
 # Log-probability of an impossible candidate. Finite, so that arithmetic on it
@@ -80,7 +81,7 @@ class _CachedStep:
         self.initial_state = []
         for block in self.blocks:
             attention = block.self_attention
-            shape = (rows, max_length, attention.num_heads, attention.d_k)
+            shape = (rows, attention.num_heads, max_length, attention.d_k)
             zeros = ops.zeros(shape, block.compute_dtype)
             self.initial_state.append((zeros, zeros))
 
@@ -93,8 +94,8 @@ class _CachedStep:
             x, cache = block.decode_step(x, index, cache, cross, self.encoder_mask)
             new_state.append(cache)
         if self.norm is not None:
-            x = self.norm(x)
-        logits = self.embedding(x, reverse=True)  # (B, 1, V), float32
+            x = call_inference(self.norm, x)
+        logits = call_inference(self.embedding, x, reverse=True)  # (B, 1, V), f32
         return logits[:, 0], new_state
 
 

@@ -57,10 +57,10 @@ def test_cached_steps_equal_full_model(overrides):
         index = keras.ops.convert_to_tensor(t, "int32")
         logits, state = step(tokens, index, state)
         np.testing.assert_allclose(numpy(logits), full[:, t], atol=2e-5, rtol=1e-5)
-    # The cache holds each layer's keys and values of the 8 positions fed,
+    # The cache (B, H, T, d_k) holds the keys and values of the 8 positions fed,
     # and nothing after them.
     keys = numpy(state[0][0])
-    assert np.abs(keys[:, :8]).max() > 0 and np.abs(keys[:, 8:]).max() == 0
+    assert np.abs(keys[:, :, :8]).max() > 0 and np.abs(keys[:, :, 8:]).max() == 0
 
 
 def test_cached_search_equals_uncached():

@@ -42,6 +42,22 @@ def _fresh_initializer(initializer):
     return keras.initializers.get(keras.initializers.serialize(initializer))
 
 
+def call_inference(layer, inputs, **kwargs):
+    """``layer(inputs, **kwargs)`` for a built layer in inference mode, made cheap.
+
+    ``Layer.__call__`` does bookkeeping around ``call`` (argument binding,
+    masks, name scopes, autocasting) that costs more than the arithmetic of a
+    one-token decoding step when PyTorch runs it eagerly, about 25 sub-layer
+    calls per step. When a layer computes in its variables' dtype there is
+    nothing to autocast and ``call`` gives the same result; under a
+    mixed-precision policy ``__call__`` is used, which casts the variables.
+    """
+    policy = layer.dtype_policy
+    if policy.compute_dtype == policy.variable_dtype:
+        return layer.call(inputs, **kwargs)
+    return layer(inputs, **kwargs)
+
+
 def _validate_rate(name, value):
     if not 0.0 <= value < 1.0:
         raise ValueError(f"{name} must be in [0, 1). Received: {name}={value}")
@@ -374,45 +390,55 @@ class MultiHeadAttention(keras.layers.Layer):
     # -- incremental decoding (keras_transformer.decoding) ----------------------
 
     def project_key_value(self, value, key=None):
-        """The keys and values of a sequence, split into heads.
+        """The keys and values of a sequence, split into heads, heads first.
 
         Used to compute the cross-attention keys and values of an encoder
         output once per input, and each new token's self-attention keys and
-        values once per step.
+        values once per step. Heads come before positions, ``(B, H, T, d_k)``:
+        with the batch and head axes leading, a decoding step's products with
+        a cache of keys and values need no transpose of the cache.
 
         Args:
             value: ``(B, T, dim_v)``.
             key: optional ``(B, T, dim_k)``; defaults to ``value``.
 
         Returns:
-            ``(keys, values)``, each ``(B, T, num_heads, d_k)``.
+            ``(keys, values)``, each ``(B, num_heads, T, d_k)``.
         """
         key = value if key is None else key
-        return (
-            self._split_heads(self.key_dense(key)),
-            self._split_heads(self.value_dense(value)),
+        return tuple(
+            ops.transpose(self._split_heads(call_inference(dense, x)), (0, 2, 1, 3))
+            for dense, x in ((self.key_dense, key), (self.value_dense, value))
         )
 
     def attend_projected(self, query, keys, values, attention_mask=None):
         """Attention of ``query`` to keys and values that are already projected.
 
-        Equals ``call(query, value, key)`` (inference mode) when ``keys`` and
-        ``values`` are ``project_key_value(value, key)``.
+        Equals ``call(query, value, key)`` in inference mode when ``keys`` and
+        ``values`` are ``project_key_value(value, key)``: the same
+        ``softmax(Q Kᵀ / √d_k) V`` (§3.2.1), with the softmax in float32.
 
         Args:
             query: ``(B, T_q, dim_q)``, not projected.
-            keys, values: ``(B, T_k, num_heads, d_k)``.
+            keys, values: ``(B, num_heads, T_k, d_k)``.
             attention_mask: optional boolean mask broadcastable to
                 ``(B, num_heads, T_q, T_k)``; True means "may attend".
 
         Returns:
             ``(B, T_q, d_model)``.
         """
-        q = self._split_heads(self.query_dense(query))  # (B, T_q, H, d_k)
-        output = self.attention.attend(q, keys, values, mask=attention_mask)
+        q = self._split_heads(call_inference(self.query_dense, query))
+        q = ops.transpose(q, (0, 2, 1, 3))  # (B, H, T_q, d_k)
+        scale = ops.cast(1.0 / math.sqrt(self.d_k), q.dtype)
+        logits = ops.einsum("bhqd,bhkd->bhqk", q * scale, keys)
+        logits = ops.cast(logits, "float32")
+        if attention_mask is not None:
+            logits = ops.where(attention_mask, logits, _FLOAT32_MASK_FILL)
+        weights = ops.cast(ops.softmax(logits, axis=-1), values.dtype)
+        output = ops.einsum("bhqk,bhkd->bqhd", weights, values)  # (B, T_q, H, d_k)
         # Concat(head_1, ..., head_h): (B, T_q, H, d_k) -> (B, T_q, d_model)
         output = ops.reshape(output, tuple(ops.shape(output)[:2]) + (self.d_model,))
-        return self.output_dense(output)
+        return call_inference(self.output_dense, output)
 
     def compute_mask(self, query, previous_mask=None):
         # The output is aligned with the queries: it keeps the query mask.

@@ -8,6 +8,7 @@ from keras_transformer.layers.attention import (
     MultiHeadAttention,
     _fresh_initializer,
     _validate_rate,
+    call_inference,
 )
 
 
@@ -112,11 +113,16 @@ class _Block(keras.layers.Layer):
         self.ffn_norm = self._norm("ffn_norm", shape)
 
     def _sublayer(self, x, norm, dropout, fn, training):
-        """§3.1 and §5.4: LayerNorm(x + Dropout(Sublayer(x))), or pre-LN."""
+        """§3.1 and §5.4: LayerNorm(x + Dropout(Sublayer(x))), or pre-LN.
+
+        ``dropout=None`` (decoding steps): no dropout layer is called.
+        """
         residual = x
         if self.norm_first:
             x = norm(x)
-        x = dropout(fn(x), training=training)
+        x = fn(x)
+        if dropout is not None:
+            x = dropout(x, training=training)
         x = ops.add(residual, x)
         if not self.norm_first:
             x = norm(x)
@@ -372,7 +378,7 @@ class DecoderBlock(_Block):
         input and reuses them at every step.
 
         Returns:
-            ``(keys, values)``, each ``(B, S, num_heads, d_k)``.
+            ``(keys, values)``, each ``(B, num_heads, S, d_k)``.
         """
         return self.cross_attention.project_key_value(encoder_sequence)
 
@@ -390,7 +396,7 @@ class DecoderBlock(_Block):
         Args:
             decoder_sequence: ``(B, 1, d_model)``, the new position only.
             index: scalar int tensor, its position (0-based).
-            cache: ``(keys, values)``, each ``(B, T_max, num_heads, d_k)``:
+            cache: ``(keys, values)``, each ``(B, num_heads, T_max, d_k)``:
                 the self-attention keys and values of positions ``< index``
                 (later entries are ignored).
             cross_key_value: from ``cross_attention_key_value``.
@@ -403,26 +409,23 @@ class DecoderBlock(_Block):
         """
         new_cache = []
 
+        def sublayer(x, norm, fn):
+            return self._sublayer(x, lambda y: call_inference(norm, y), None, fn, False)
+
         # Sub-layer 1: masked self-attention over the cached prefix (§3.2.3).
         def attend_self(y):
             keys, values = self.self_attention.project_key_value(y)
-            start = (0, index, 0, 0)
+            start = (0, 0, index, 0)
             cached_keys = ops.slice_update(cache[0], start, keys)
             cached_values = ops.slice_update(cache[1], start, values)
             new_cache.extend((cached_keys, cached_values))
-            positions = ops.arange(ops.shape(cached_keys)[1])
+            positions = ops.arange(ops.shape(cached_keys)[2])
             visible = ops.reshape(ops.less_equal(positions, index), (1, 1, 1, -1))
             return self.self_attention.attend_projected(
                 y, cached_keys, cached_values, attention_mask=visible
             )
 
-        x = self._sublayer(
-            decoder_sequence,
-            self.self_attention_norm,
-            self.self_attention_dropout,
-            attend_self,
-            False,
-        )
+        x = sublayer(decoder_sequence, self.self_attention_norm, attend_self)
 
         # Sub-layer 2: cross-attention to the precomputed encoder keys/values.
         if encoder_sequence_mask is not None:
@@ -430,16 +433,18 @@ class DecoderBlock(_Block):
             encoder_sequence_mask = ops.cast(encoder_sequence_mask, "bool")[
                 :, None, None, :
             ]
-        x = self._sublayer(
+        x = sublayer(
             x,
             self.cross_attention_norm,
-            self.cross_attention_dropout,
             lambda y: self.cross_attention.attend_projected(
                 y, *cross_key_value, attention_mask=encoder_sequence_mask
             ),
-            False,
         )
 
         # Sub-layer 3: position-wise feed-forward network (§3.3).
-        x = self._feed_forward(x, False)
+        x = sublayer(
+            x,
+            self.ffn_norm,
+            lambda y: call_inference(self.ffn_outer, call_inference(self.ffn_inner, y)),
+        )
         return x, tuple(new_cache)
