@@ -125,6 +125,21 @@ def test_compiled_once_per_shape(monkeypatch):
     assert len(traces) == 2
 
 
+def test_compiled_search_reads_the_current_weights():
+    """A compiled loop is kept per model; it must decode with the weights the
+    model has now (after a checkpoint load, say), not those it was built with."""
+    model, src = model_and_sources(seed=8)
+    _, before = decoding.greedy_search(model, src, 6, 8)
+    weights = [w * 1.5 for w in model.get_weights()]
+    model.set_weights(weights)
+    _, after = decoding.greedy_search(model, src, 6, 8)
+    fresh, _ = model_and_sources(seed=9)
+    fresh.set_weights(weights)
+    _, expected = decoding.greedy_search(fresh, src, 6, 8)
+    np.testing.assert_allclose(after, expected, rtol=1e-5)
+    assert not np.allclose(after, before, rtol=1e-3)
+
+
 def test_mixed_precision_cache():
     model, src = model_and_sources(seed=6, dtype="mixed_bfloat16")
     target = np.array([[1, 5, 9, 11]] * 5, "int32")
