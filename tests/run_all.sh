@@ -19,6 +19,7 @@
 #   PYTHON=python3.11  interpreter used to create the venv (default: python3)
 #   XLA_FLAGS          default --xla_force_host_platform_device_count=4
 #                      (4 virtual CPU devices for JAX), only if not already set
+#   KT_NOTEBOOK_BACKENDS=tensorflow   backends whose run executes the notebooks
 set -euo pipefail
 
 script_dir="$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd)"
@@ -35,6 +36,9 @@ if [[ -z "${XLA_FLAGS+x}" ]]; then
 fi
 export TF_CPP_MIN_LOG_LEVEL=2
 export MPLBACKEND="${MPLBACKEND:-Agg}"
+# Execute the notebooks in one backend's run only (the fastest for them),
+# for the suite's time budget; tests/test_notebooks.py explains.
+export KT_NOTEBOOK_BACKENDS="${KT_NOTEBOOK_BACKENDS:-tensorflow}"
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 
 fmt_duration() {
