@@ -16,7 +16,6 @@ import argparse
 import io
 import os
 
-import keras_transformer as kt
 from keras_transformer.attention_maps import attention_maps
 from keras_transformer.checkpoints import write_atomic
 from keras_transformer.plotting import KINDS, plot_attention_maps
@@ -61,13 +60,8 @@ def main(argv=None):
         fail(f"{args.out}: is a directory, not an output file")
     try:
         translator = load_translator(args.model)
-    except OSError as error:
+    except (OSError, TypeError) as error:
         fail(str(error))
-    if not isinstance(translator, kt.Translator):
-        fail(
-            f"{args.model}: holds a {type(translator).__name__}, not a "
-            "keras_transformer Translator"
-        )
     try:
         maps = attention_maps(translator, args.source, args.target)
         ax = plot_attention_maps(maps, args.kind, layer=args.layer, head=args.head)

@@ -75,14 +75,12 @@ def score(hypotheses, references):
 
 
 def load_translator(path):
-    """The model saved at ``path`` (a ``.keras`` file).
-
-    Returns:
-        The loaded model; the caller checks that it is a ``kt.Translator``.
+    """The ``kt.Translator`` saved at ``path`` (a ``.keras`` file).
 
     Raises:
         FileNotFoundError: no such file.
         IsADirectoryError: ``path`` is a directory.
+        TypeError: the file holds another kind of model.
     """
     if os.path.isdir(path):
         raise IsADirectoryError(
@@ -94,7 +92,13 @@ def load_translator(path):
         # keras-hub 0.32 opens the vocabulary asset without closing it; the
         # ResourceWarning is harmless but fatal under -W error.
         warnings.simplefilter("ignore", ResourceWarning)
-        return keras.saving.load_model(path)
+        translator = keras.saving.load_model(path)
+    if not isinstance(translator, kt.Translator):
+        raise TypeError(
+            f"{path}: holds a {type(translator).__name__}, not a "
+            "keras_transformer Translator"
+        )
+    return translator
 
 
 def translate(translator, sources, batch_size, beam_size=4, length_penalty=0.6):
@@ -199,13 +203,8 @@ def main(argv=None):
         fail(str(error))
     try:
         translator = load_translator(args.model)
-    except OSError as error:
+    except (OSError, TypeError) as error:
         fail(str(error))
-    if not isinstance(translator, kt.Translator):
-        fail(
-            f"{args.model}: holds a {type(translator).__name__}, not a "
-            "keras_transformer Translator"
-        )
     if args.checkpoint is not None:
         weights = os.path.join(args.checkpoint, checkpoints.WEIGHTS_FILE)
         if not os.path.isfile(weights):

@@ -15,7 +15,6 @@ by default, as in the paper (§6.1); ``--beam-size 1`` is greedy. With
 import argparse
 import sys
 
-import keras_transformer as kt
 from training.evaluate import (
     add_search_arguments,
     load_translator,
@@ -45,14 +44,8 @@ def main(argv=None, stdin=None, stdout=None):
         )
     try:
         translator = load_translator(args.model)
-    except OSError as error:
+    except (OSError, TypeError) as error:
         parser.exit(2, f"{parser.prog}: error: {error}\n")
-    if not isinstance(translator, kt.Translator):
-        parser.exit(
-            2,
-            f"{parser.prog}: error: {args.model}: holds a "
-            f"{type(translator).__name__}, not a keras_transformer Translator\n",
-        )
     sentences = args.sentences or [line.rstrip("\r\n") for line in stdin]
     if args.n_best is not None:
         n_best = translator.n_best(
