@@ -68,6 +68,22 @@ def _eager_value(x):
     return ops.convert_to_numpy(x)
 
 
+def _check_values(value, low, high, message):
+    if value.size and (value.min() < low or value.max() >= high):
+        raise ValueError(message.format(lo=value.min(), hi=value.max()))
+
+
+if keras.backend.backend() == "torch":
+    import torch
+
+    @torch.compiler.disable
+    def _check_outside_torch_graph(x, low, high, message):
+        """The eager check, left out of `torch.compile`'s graph: it runs on
+        the real values between two compiled graphs, so a compiled step
+        (`jit_compile=True`) raises the same ValueError as an eager one."""
+        _check_values(ops.convert_to_numpy(x), low, high, message)
+
+
 def check_range(x, low, high, message):
     """Raise unless ``low <= x < high`` everywhere; ``message`` gets ``{lo}``/``{hi}``.
 
@@ -77,11 +93,13 @@ def check_range(x, low, high, message):
         return x
     value = _eager_value(x)
     if value is not None:
-        if value.size and (value.min() < low or value.max() >= high):
-            raise ValueError(message.format(lo=value.min(), hi=value.max()))
+        _check_values(value, low, high, message)
         return x
 
     backend = keras.backend.backend()
+    if backend == "torch":  # inside torch.compile
+        _check_outside_torch_graph(x, low, high, message)
+        return x
     lo, hi = ops.min(x), ops.max(x)
     if backend == "tensorflow":
         import tensorflow as tf

@@ -86,7 +86,8 @@ for backend in $BACKENDS; do
     echo "==================== KERAS_BACKEND=$backend ===================="
     start=$SECONDS
     rc=0
-    KERAS_BACKEND="$backend" "$py" -m pytest "$@" || rc=$?
+    # --durations: the slowest tests, to see where the suite's time goes.
+    KERAS_BACKEND="$backend" "$py" -m pytest --durations=15 "$@" || rc=$?
     took=$(fmt_duration $((SECONDS - start)))
     if [[ $rc -eq 0 ]]; then
         summary+=("PASS  $backend  ($took)")

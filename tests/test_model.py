@@ -10,6 +10,7 @@ import re
 import subprocess
 import sys
 import textwrap
+import warnings
 
 import keras
 import numpy as np
@@ -333,6 +334,41 @@ def test_mixed_precision_training_and_padding_rows_are_finite(policy):
     assert tuple(out.shape) == (4, 6, VOCAB)
     assert keras.backend.standardize_dtype(out.dtype) == "float32"
     assert np.isfinite(to_np(out)).all()
+
+
+def test_compiled_training_under_mixed_bfloat16():
+    """``jit_compile=True`` trains under ``mixed_bfloat16`` on every backend:
+    XLA on JAX and TensorFlow, ``torch.compile`` on PyTorch (which crashed
+    in torch 2.13 until self-attention stopped passing one tensor twice
+    through ``Layer.__call__``; see ``_Block._self_attend``). On PyTorch the
+    first step compiles for about a minute on two CPU cores."""
+    model = small_model(num_layers=1, dropout=0.1, dtype="mixed_bfloat16")
+    model.compile(
+        optimizer=keras.optimizers.Adam(1e-2),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        jit_compile=True,
+    )
+    assert model.jit_compile is True
+    x, y = seq2seq_batch(np.random.default_rng(8), batch=4)
+    before = [to_np(w) for w in model.trainable_weights]
+    with warnings.catch_warnings():
+        if BACKEND == "torch":
+            # torch.compile (torch 2.13) warns as it traces: at each graph
+            # break in Keras' layer plumbing, about deprecated modules it
+            # imports, about `.grad` of the tensors it inspects. Under the
+            # suite's filterwarnings=error dynamo turns them into errors.
+            warnings.simplefilter("ignore")
+        losses = [
+            float(model.train_on_batch(x, y, return_dict=True)["loss"])
+            for _ in range(4)
+        ]
+    assert np.isfinite(losses).all()
+    assert losses[-1] < losses[0]  # the same batch four times: it learns it
+    changed = [
+        not np.array_equal(to_np(w), b)
+        for w, b in zip(model.trainable_weights, before, strict=True)
+    ]
+    assert all(changed)
 
 
 def test_all_padding_rows_give_finite_logits_float32(model):
@@ -777,3 +813,119 @@ def test_unknown_config_name_raises():
 def test_unknown_keyword_raises():
     with pytest.raises(TypeError, match="num_layer"):
         kt.build_model("tiny", src_vocab_size=40, num_layer=2)
+
+
+# ---------------------------------------------------------------------------
+# 10. The fused attention kernel is used wherever it can be
+# ---------------------------------------------------------------------------
+def _spy_on_fused_attention(monkeypatch):
+    """Record the query dtype of every `keras.ops.dot_product_attention` call.
+
+    The layers call it as `ops.dot_product_attention` after `from keras import
+    ops`, and that `ops` is the `keras.ops` module: patching its attribute
+    reaches them. Install the spy after building a functional model, whose
+    construction calls the layers symbolically.
+    """
+    calls = []
+    original = keras.ops.dot_product_attention
+
+    def spy(*args, **kwargs):
+        query = kwargs["query"] if "query" in kwargs else args[0]
+        calls.append(keras.backend.standardize_dtype(query.dtype))
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(keras.ops, "dot_product_attention", spy)
+    return calls
+
+
+def _fused_calls_in_one_forward(model, x, training, monkeypatch):
+    """The spy's record of one forward pass of ``model``.
+
+    An eager call on TensorFlow and PyTorch. On JAX the pass is traced
+    (`jax.eval_shape` of `stateless_call`, no compilation): which path each
+    layer takes is decided in Python, so the trace runs the same branches as
+    an eager call, which would compile op by op (seconds per case).
+    """
+    calls = _spy_on_fused_attention(monkeypatch)
+    if BACKEND == "jax":
+        import jax
+
+        def run(trainable, non_trainable, inputs):
+            return model.stateless_call(
+                trainable, non_trainable, inputs, training=training
+            )[0]
+
+        out = jax.eval_shape(
+            run,
+            [v.value for v in model.trainable_variables],
+            [v.value for v in model.non_trainable_variables],
+            x,
+        )
+    else:
+        out = model(x, training=training)
+    assert tuple(out.shape) == x["decoder_inputs"].shape + (VOCAB,)
+    return calls
+
+
+@pytest.mark.parametrize(
+    "attention_dropout, training, dtype, fused",
+    [
+        (0.0, True, None, True),
+        (0.1, True, None, False),  # dropout on the weights needs the weights
+        (0.1, False, None, True),  # ... but only in training
+        (0.0, True, "mixed_bfloat16", True),
+    ],
+    ids=["train", "attention_dropout-train", "attention_dropout-eval", "bfloat16"],
+)
+def test_forward_pass_uses_the_fused_attention_kernel(
+    monkeypatch, attention_dropout, training, dtype, fused
+):
+    num_layers = 2
+    model = small_model(
+        num_layers=num_layers,
+        dropout=0.1,
+        attention_dropout=attention_dropout,
+        dtype=dtype,
+    )
+    # Padded rows: the padding masks go to the kernel with the queries.
+    x, _ = seq2seq_batch(np.random.default_rng(11), batch=2, src_len=5, tgt_len=4)
+    calls = _fused_calls_in_one_forward(model, x, training, monkeypatch)
+    # Per layer: encoder self-attention, decoder self-attention, cross-attention.
+    assert len(calls) == (3 * num_layers if fused else 0)
+    compute_dtype = "bfloat16" if dtype else "float32"
+    assert calls == [compute_dtype] * len(calls)
+
+
+def test_train_on_batch_traces_the_fused_attention_kernel(monkeypatch):
+    num_layers = 1
+    model = compile_small(
+        small_model(num_layers=num_layers, dropout=0.1, attention_dropout=0.0)
+    )
+    x, y = seq2seq_batch(np.random.default_rng(12), batch=2, src_len=5, tgt_len=4)
+    calls = _spy_on_fused_attention(monkeypatch)
+    loss = model.train_on_batch(x, y)
+    assert np.isfinite(loss)
+    # Compiled steps call it while tracing, eager ones on every call; either
+    # way every forward pass makes all three attentions of a layer fused.
+    assert len(calls) > 0
+    assert len(calls) % (3 * num_layers) == 0
+
+
+def test_attention_weights_requests_take_the_explicit_path(monkeypatch):
+    rng = np.random.default_rng(13)
+    x = rng.normal(size=(2, 5, 32)).astype("float32")
+    memory = rng.normal(size=(2, 6, 32)).astype("float32")
+    blocks = dict(d_model=32, num_heads=4, d_ff=64, dropout=0.0)
+    encoder, decoder = kt.EncoderBlock(**blocks), kt.DecoderBlock(**blocks)
+    calls = _spy_on_fused_attention(monkeypatch)
+    # As kt.attention_maps asks for them: the weights need the explicit path.
+    _, weights = encoder(x, return_attention_scores=True)
+    _, (self_weights, cross_weights) = decoder(x, memory, return_attention_scores=True)
+    assert calls == []
+    assert tuple(weights.shape) == (2, 4, 5, 5)
+    assert tuple(self_weights.shape) == (2, 4, 5, 5)
+    assert tuple(cross_weights.shape) == (2, 4, 5, 6)
+    # The same blocks without weights take the kernel.
+    encoder(x)
+    decoder(x, memory)
+    assert len(calls) == 3

@@ -82,6 +82,26 @@ class _Block(keras.layers.Layer):
         layer.build(shape, value_shape)
         return layer
 
+    def _self_attend(self, x, mask, **kwargs):
+        """``self.self_attention`` of ``x`` to itself under padding ``mask``,
+        through ``call`` rather than ``Layer.__call__``.
+
+        Through ``__call__`` one tensor would arrive twice among Keras'
+        ``*args, **kwargs`` (queries and values, query and value masks).
+        ``jit_compile=True`` on the PyTorch backend (``torch.compile``) then
+        crashes in torch 2.13 (pytorch/pytorch#176211): when dynamo recompiles
+        Keras' ``__call__`` code, shared by all layers, for such a call, its
+        report of the failed tensor-aliasing guard looks up the keyword
+        arguments of an earlier layer's call and raises ``KeyError``.
+        ``__call__`` would add nothing here: the block's own ``__call__`` has
+        resolved ``training`` and the masks, the input is in the compute
+        dtype, the sub-layer was built with the block, and its ``Dense``
+        layers cast their own variables.
+        """
+        return self.self_attention.call(
+            x, x, query_mask=mask, value_mask=mask, **kwargs
+        )
+
     def _norm(self, name, shape):
         layer = keras.layers.LayerNormalization(
             epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name=name
@@ -220,11 +240,9 @@ class EncoderBlock(_Block):
 
         # Sub-layer 1: multi-head self-attention over the source (§3.2.3).
         def attend(x):
-            out = self.self_attention(
+            out = self._self_attend(
                 x,
-                x,
-                query_mask=mask,
-                value_mask=mask,
+                mask,
                 attention_mask=attention_mask,
                 return_attention_scores=return_attention_scores,
                 training=training,
@@ -331,11 +349,9 @@ class DecoderBlock(_Block):
             self.self_attention_norm,
             self.self_attention_dropout,
             lambda y: keep_scores(
-                self.self_attention(
+                self._self_attend(
                     y,
-                    y,
-                    query_mask=decoder_sequence_mask,
-                    value_mask=decoder_sequence_mask,
+                    decoder_sequence_mask,
                     attention_mask=self_attention_mask,
                     use_causal_mask=use_causal_mask,
                     return_attention_scores=return_attention_scores,

@@ -23,8 +23,11 @@ def causal_mask(query_length, key_length):
     to a cache of ``T_k`` keys, the queries are the *last* ``T_q`` positions.
     """
     offset = key_length - query_length
-    rows = ops.expand_dims(ops.arange(query_length) + offset, 1)  # (T_q, 1)
-    cols = ops.expand_dims(ops.arange(key_length), 0)  # (1, T_k)
+    # An explicit dtype: without one, `arange` infers it from the lengths,
+    # which `torch.compile` cannot do for a dynamic (symbolic) length and
+    # answers with a graph break. int32 is what it infers for Python ints.
+    rows = ops.expand_dims(ops.arange(query_length, dtype="int32") + offset, 1)
+    cols = ops.expand_dims(ops.arange(key_length, dtype="int32"), 0)  # (1, T_k)
     return ops.greater_equal(rows, cols)
 
 

@@ -89,7 +89,9 @@ class SinusoidalEncoding(keras.layers.Layer):
                     "Sequence too long for this model: it ends at position {hi} "
                     f"(1-based), max_length={self.max_length}.",
                 )
-        positions = ops.arange(ops.shape(inputs)[-2]) + start_index
+        # dtype given: inferring it from a dynamic length is a graph break
+        # under torch.compile; int32 is what it infers for a length.
+        positions = ops.arange(ops.shape(inputs)[-2], dtype="int32") + start_index
         pe = sinusoidal_table(positions, d_model, self.base)
         return inputs + ops.cast(pe, inputs.dtype)
 
