@@ -276,7 +276,9 @@ def build_keras_hub(s):
         y = keras_hub.layers.TransformerDecoder(
             s.d_ff, s.num_heads, dropout=s.dropout, name=f"decoder_{i}"
         )(y, x)
-    logits = keras.layers.Dense(s.vocab_size, dtype="float32", name="logits")(y)
+    # In the dtype policy, like our tied projection, with float32 logits out.
+    logits = keras.layers.Dense(s.vocab_size, name="logits")(y)
+    logits = keras.layers.Activation("linear", dtype="float32", name="float32")(logits)
     return keras.Model(
         {"encoder_inputs": encoder_inputs, "decoder_inputs": decoder_inputs}, logits
     )
