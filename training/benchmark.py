@@ -138,17 +138,18 @@ def make_batches(s):
 # -- model FLOPs --------------------------------------------------------------
 
 
-def training_flops(s, source_tokens, target_tokens, batch_size):
+def training_flops(s):
     """FLOPs of one training step's matrix products (2 per multiply-add).
 
     Counts the projections, the attention products (QKᵀ and AV over the full
-    padded widths) and the output projection; the backward pass is taken as
+    padded widths: padding costs as much as tokens) and the output
+    projection, for a batch of ``s.batch_size``; the backward pass is taken as
     twice the forward, the usual estimate. Embedding look-ups, softmax,
     normalisation and the optimizer are left out.
     """
     d, f, n, v = s.d_model, s.d_ff, s.num_layers, s.vocab_size
     S, T = s.source_length, s.target_length
-    rows = batch_size
+    rows = s.batch_size
     encoder = n * (rows * S * (4 * d * d + 2 * d * f) + rows * 2 * S * S * d)
     decoder = n * (
         rows * T * (4 * d * d + 2 * d * d + 2 * d * f)  # self, cross Q/O, FFN
@@ -157,7 +158,6 @@ def training_flops(s, source_tokens, target_tokens, batch_size):
         + rows * 2 * T * S * d  # cross-attention products
     )
     output = rows * T * d * v
-    del source_tokens, target_tokens  # the products run over padded widths
     return 3 * 2 * (encoder + decoder + output)
 
 
@@ -284,28 +284,26 @@ def build_keras_hub(s):
     )
 
 
-class _StepTimes:
-    """Keras callback: the wall time of every training step.
+def _step_timer():
+    """A Keras callback recording the wall time of every training step.
 
     Reading the loss waits for the step to finish (JAX and TensorFlow
     dispatch asynchronously), so each interval is one whole step.
     """
+    import keras
 
-    def __new__(cls):
-        import keras
+    class StepTimes(keras.callbacks.Callback):
+        def on_train_begin(self, logs=None):
+            self.times = []
+            self.last = time.perf_counter()
 
-        class StepTimes(keras.callbacks.Callback):
-            def on_train_begin(self, logs=None):
-                self.times = []
-                self.last = time.perf_counter()
+        def on_train_batch_end(self, batch, logs=None):
+            float(logs["loss"])
+            now = time.perf_counter()
+            self.times.append(now - self.last)
+            self.last = now
 
-            def on_train_batch_end(self, batch, logs=None):
-                float(logs["loss"])
-                now = time.perf_counter()
-                self.times.append(now - self.last)
-                self.last = now
-
-        return StepTimes()
+    return StepTimes()
 
 
 def train_keras(s, variant):
@@ -326,7 +324,7 @@ def train_keras(s, variant):
         optimizer=keras.optimizers.Adam(1e-4),
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
     )
-    timer = _StepTimes()
+    timer = _step_timer()
     model.fit(
         {"encoder_inputs": source, "decoder_inputs": decoder_inputs},
         labels,
@@ -443,9 +441,9 @@ def decode_ours(s, repeats=3):
     ``s.batch_size`` sources.
     """
     import keras
-    import numpy as np
 
     from keras_transformer import decoding
+    from training.benchmark_decoding import time_call
 
     keras.config.set_dtype_policy(s.dtype_policy)
     keras.utils.set_random_seed(s.seed)
@@ -461,14 +459,8 @@ def decode_ours(s, repeats=3):
             lambda: decoding.beam_search(model, source, steps, 4, end_id=None),
         ),
     ):
-        search()  # compiles
-        times = []
-        for _ in range(repeats):
-            start = time.perf_counter()
-            search()
-            times.append(time.perf_counter() - start)
-        results[name] = s.batch_size * steps / statistics.median(times)
-    del np
+        _, seconds = time_call(search, repeats)
+        results[name] = s.batch_size * steps / seconds
     return results
 
 
@@ -505,9 +497,7 @@ def measure(s, variant, decode=False):
         "first_step_seconds": times[0],
         "target_tokens_per_step": tokens,
         "target_tokens_per_second": tokens / step,
-        "model_tflops_per_second": training_flops(s, None, None, s.batch_size)
-        / step
-        / 1e12,
+        "model_tflops_per_second": training_flops(s) / step / 1e12,
         **run,
     }
     if decode and variant == "ours":

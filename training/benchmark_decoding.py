@@ -27,6 +27,20 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 BACKENDS = ("tensorflow", "jax", "torch")
 
 
+def time_call(fn, repeats):
+    """``(first, median)``: seconds of a first call of ``fn`` (which compiles)
+    and the median of ``repeats`` calls after it."""
+    start = time.perf_counter()
+    fn()
+    first = time.perf_counter() - start
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return first, statistics.median(times)
+
+
 def measure(batch=32, source_length=16, steps=64, vocab=200, repeats=3, seed=0):
     """Time the searches on the current backend; returns a dict of results."""
     import keras
@@ -59,15 +73,7 @@ def measure(batch=32, source_length=16, steps=64, vocab=200, repeats=3, seed=0):
     }
     results = {}
     for name, search in searches.items():
-        start = time.perf_counter()
-        search()  # compiles
-        first = time.perf_counter() - start
-        times = []
-        for _ in range(repeats):
-            start = time.perf_counter()
-            search()
-            times.append(time.perf_counter() - start)
-        seconds = statistics.median(times)
+        first, seconds = time_call(search, repeats)
         results[name] = {
             "seconds": round(seconds, 4),
             "first_call_seconds": round(first, 2),
