@@ -84,22 +84,25 @@ if keras.backend.backend() == "torch":
         _check_values(ops.convert_to_numpy(x), low, high, message)
 
 
-def check_range(x, low, high, message):
+def check_range(x, low, high, message, output=None):
     """Raise unless ``low <= x < high`` everywhere; ``message`` gets ``{lo}``/``{hi}``.
 
-    Returns ``x`` (on TensorFlow graphs, with the assertion attached to it).
+    Returns ``output`` (default ``x``); on TensorFlow graphs with the
+    assertion attached to it, so that whatever is computed from it (an
+    optimizer update, say) cannot run when the check fails.
     """
+    output = x if output is None else output
     if _is_symbolic(x):
-        return x
+        return output
     value = _eager_value(x)
     if value is not None:
         _check_values(value, low, high, message)
-        return x
+        return output
 
     backend = keras.backend.backend()
     if backend == "torch":  # inside torch.compile
         _check_outside_torch_graph(x, low, high, message)
-        return x
+        return output
     lo, hi = ops.min(x), ops.max(x)
     if backend == "tensorflow":
         import tensorflow as tf
@@ -112,7 +115,7 @@ def check_range(x, low, high, message):
             ok, [message.format(lo="?", hi="?"), "lowest:", lo, "highest:", hi]
         )
         with tf.control_dependencies([check]):
-            return tf.identity(x)
+            return tf.identity(output)
     if backend == "jax":
         import jax
 
@@ -124,7 +127,7 @@ def check_range(x, low, high, message):
                 _deferred.append(text)
 
         jax.debug.callback(_raise_if_out_of_range, lo, hi)
-    return x
+    return output
 
 
 def nan_unless_in_range(values, x, low, high):
@@ -149,6 +152,31 @@ def check_integer(x, name):
             f"{name} must hold integer token ids. Received dtype={dtype}. "
             "Convert the ids with `numpy.asarray(ids, dtype='int32')` first."
         )
+
+
+def check_not_empty(x, name, output=None):
+    """Raise unless the last axis of ``x`` (the sequence) has at least one element.
+
+    A sequence of no tokens has nothing to attend to: encoder attention over
+    it is a softmax over nothing (NaN or a silent uniform, depending on the
+    backend). Returns ``output`` (default ``x``), on TensorFlow graphs with
+    the check attached as in ``check_range``.
+    """
+    length = static_dim(x, -1)
+    if length == 0:
+        raise ValueError(
+            f"{name} must hold at least one token per sequence. "
+            f"Received: shape={tuple(x.shape)}"
+        )
+    if length is not None or _is_symbolic(x):
+        return x if output is None else output
+    return check_range(
+        ops.reshape(ops.shape(x)[-1], (1,)),
+        1,
+        2**31 - 1,
+        f"{name} must hold at least one token per sequence. Received length {{lo}}.",
+        output=x if output is None else output,
+    )
 
 
 def static_dim(x, axis):

@@ -6,7 +6,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_transformer import _checks
+from keras_transformer import _checks, _fault_safe
 from keras_transformer.layers.blocks import DecoderBlock, EncoderBlock
 from keras_transformer.layers.embedding import TokenEmbedding
 from keras_transformer.layers.position import SinusoidalEncoding
@@ -169,8 +169,33 @@ class Transformer(keras.Model):
             return logits, self_scores, cross_scores
         return logits
 
+    def _target_vocab_size(self):
+        return self._limits()["decoder_inputs"][0]
+
+    def _target_pad_ids(self):
+        """Target ids that the compiled loss skips: allowed outside the vocabulary."""
+        losses = self.loss if isinstance(self.loss, (list, tuple)) else [self.loss]
+        pads = set()
+        for loss in losses:
+            for attribute in ("pad_id", "ignore_class"):
+                value = getattr(loss, attribute, None)
+                if isinstance(value, int) and not isinstance(value, bool):
+                    pads.add(value)
+        return sorted(pads)
+
     def validate_inputs(self, x, y=None):
-        """Raise ``TypeError``/``ValueError`` for malformed token-id inputs."""
+        """Raise ``TypeError``/``ValueError`` for malformed token ids or targets.
+
+        Checks what is known on the host: NumPy arrays, lists and concrete
+        tensors. Symbolic and traced values are left to the layers' own
+        checks (and to ``compute_loss`` for the targets).
+        """
+        if isinstance(x, (list, tuple)):
+            raise ValueError(
+                f"The model takes a dict with keys {list(INPUT_NAMES)}, not a "
+                f"{type(x).__name__} of {len(x)} items. Pass "
+                "{'encoder_inputs': source_ids, 'decoder_inputs': target_ids}."
+            )
         if not isinstance(x, dict):
             return
         missing = [name for name in INPUT_NAMES if name not in x]
@@ -182,19 +207,22 @@ class Transformer(keras.Model):
         arrays = {}
         for name in INPUT_NAMES:
             value = x[name]
+            if isinstance(value, (list, tuple)):
+                value = _as_array(value, name)
             if not hasattr(value, "shape") or not hasattr(value, "dtype"):
-                if isinstance(value, (list, tuple)):
-                    value = np.asarray(value)
-                else:
-                    continue
+                continue
             if isinstance(value, keras.KerasTensor) or _is_traced(value):
                 return
             arrays[name] = value
-        if y is not None and hasattr(y, "shape"):
-            arrays["targets"] = y
+        if isinstance(y, (list, tuple)):
+            y = _as_array(y, "targets")
+        if y is not None and hasattr(y, "shape") and hasattr(y, "dtype"):
+            if isinstance(y, keras.KerasTensor) or _is_traced(y):
+                y = None
+            else:
+                arrays["targets"] = y
         for name, value in arrays.items():
-            if name != "targets":
-                _checks.check_integer(value, name)
+            _checks.check_integer(value, name)
             if len(value.shape) != 2:
                 raise ValueError(
                     f"{name} must have shape (batch, length). "
@@ -206,43 +234,187 @@ class Transformer(keras.Model):
                 "All inputs (and targets) must have the same number of rows "
                 f"(batch size). Received: {rows}"
             )
-        for name, (vocab_size, max_length) in self._limits().items():
+        if 0 in rows.values():
+            raise ValueError(
+                f"The batch has no rows: there is nothing to run. Received: {rows}"
+            )
+        for name, value in arrays.items():
+            if int(value.shape[1]) == 0:
+                raise ValueError(
+                    f"{name} must hold at least one token per sequence. "
+                    f"Received: {name}.shape={tuple(value.shape)}"
+                )
+        limits = dict(self._limits())
+        limits["targets"] = (self._target_vocab_size(), None)
+        for name, (vocab_size, max_length) in limits.items():
             if name not in arrays:
                 continue
             ids = arrays[name]
+            if name == "targets" and "decoder_inputs" in arrays:
+                _check_same_shape(arrays["decoder_inputs"], ids)
             if max_length is not None and ids.shape[1] > max_length:
                 raise ValueError(
                     f"{name} is longer than the model's max_length={max_length}. "
                     f"Received: {name}.shape={tuple(ids.shape)}"
                 )
-            # Ranges of backend tensors are checked by the embedding layers,
-            # without a copy to the host here.
+            # Ranges of backend tensors are checked by the embedding layers
+            # (and compute_loss), without a copy to the host here.
             if not isinstance(ids, np.ndarray):
                 continue
-            if ids.size and (ids.min() < 0 or ids.max() >= vocab_size):
-                raise ValueError(
-                    f"Token ids in {name} must be in [0, {vocab_size}) "
-                    f"(vocab_size={vocab_size}). Received ids from {ids.min()} "
-                    f"to {ids.max()}."
-                )
+            if name == "targets":
+                pads = self._target_pad_ids()
+                if pads:
+                    ids = np.where(np.isin(ids, pads), 0, ids)
+                _check_ids(ids, name, vocab_size, pads)
+            else:
+                _check_ids(ids, name, vocab_size, [])
+
+    def _check_batch(self, data):
+        """Check one batch on the host before it enters a compiled step."""
+        x, y, _ = keras.utils.unpack_x_y_sample_weight(data)
+        if isinstance(x, dict):
+            x = {name: _fault_safe.to_numpy(value) for name, value in x.items()}
+            x = {name: value for name, value in x.items() if value is not None}
+            if any(name not in x for name in INPUT_NAMES):
+                return  # not all on this host: the layers check in the step
+        self.validate_inputs(x, _fault_safe.to_numpy(y))
+
+    def compute_loss(
+        self, x=None, y=None, y_pred=None, sample_weight=None, training=True
+    ):
+        # Targets are token ids like the inputs, with the same contract: a
+        # float or out-of-vocabulary target is an error, never a loss value
+        # (JAX would give NaN, PyTorch a finite wrong number).
+        if y is not None and not isinstance(y, (dict, list, tuple)):
+            _checks.check_integer(y, "targets")
+            vocab_size = self._target_vocab_size()
+            ids = y
+            for pad in self._target_pad_ids():
+                ids = ops.where(ops.equal(ids, pad), 0, ids)
+            y = _checks.check_range(
+                ids,
+                0,
+                vocab_size,
+                f"Target ids must be in [0, {vocab_size}) (the target "
+                f"vocabulary) or the loss's pad id. Received ids from {{lo}} to "
+                "{hi}.",
+                output=y,
+            )
+            loss = super().compute_loss(x, y, y_pred, sample_weight, training)
+            return _checks.nan_unless_in_range(loss, ids, 0, vocab_size)
+        return super().compute_loss(x, y, y_pred, sample_weight, training)
+
+    # -- every trainer call leaves the weights intact when it fails ----------
 
     def __call__(self, inputs, *args, **kwargs):
+        inputs = _arrays_from_lists(inputs)
         self.validate_inputs(inputs)
         return super().__call__(inputs, *args, **kwargs)
 
     def fit(self, x=None, y=None, *args, **kwargs):
+        x, y = _arrays_from_lists(x), _arrays_from_lists(y, "targets")
         self.validate_inputs(x, y)
-        return super().fit(x, y, *args, **kwargs)
+        with _fault_safe.guard(self):
+            return super().fit(x, y, *args, **kwargs)
 
     def evaluate(self, x=None, y=None, *args, **kwargs):
+        x, y = _arrays_from_lists(x), _arrays_from_lists(y, "targets")
         self.validate_inputs(x, y)
-        with _checks.deferred_value_errors():
+        with _fault_safe.guard(self), _checks.deferred_value_errors():
             return super().evaluate(x, y, *args, **kwargs)
 
     def predict(self, x, *args, **kwargs):
+        x = _arrays_from_lists(x)
         self.validate_inputs(x)
-        with _checks.deferred_value_errors():
+        with _fault_safe.guard(self), _checks.deferred_value_errors():
             return super().predict(x, *args, **kwargs)
+
+    def train_on_batch(self, x, y=None, *args, **kwargs):
+        x, y = _arrays_from_lists(x), _arrays_from_lists(y, "targets")
+        self.validate_inputs(x, y)
+        with _fault_safe.guard(self):
+            return super().train_on_batch(x, y, *args, **kwargs)
+
+    def test_on_batch(self, x, y=None, *args, **kwargs):
+        x, y = _arrays_from_lists(x), _arrays_from_lists(y, "targets")
+        self.validate_inputs(x, y)
+        with _fault_safe.guard(self), _checks.deferred_value_errors():
+            return super().test_on_batch(x, y, *args, **kwargs)
+
+    def predict_on_batch(self, x):
+        x = _arrays_from_lists(x)
+        self.validate_inputs(x)
+        with _fault_safe.guard(self), _checks.deferred_value_errors():
+            return super().predict_on_batch(x)
+
+    # JAX trainer hooks (Keras 3.15): see _fault_safe.
+
+    def _purge_model_variables(self, *args, **kwargs):
+        names = (
+            "trainable_variables",
+            "non_trainable_variables",
+            "optimizer_variables",
+            "metrics_variables",
+        )
+        flags = dict(zip(names, args, strict=False), **kwargs)
+        groups = {
+            "trainable_variables": lambda: self.trainable_variables,
+            "non_trainable_variables": lambda: self.non_trainable_variables,
+            "optimizer_variables": lambda: self.optimizer.variables,
+            "metrics_variables": lambda: self.metrics_variables,
+        }
+        _fault_safe.remember_current(
+            self, [groups[name]() for name in names if flags.get(name)]
+        )
+        return super()._purge_model_variables(*args, **kwargs)
+
+    def _make_function(self, step_function, *args, **kwargs):
+        if keras.backend.backend() == "jax":
+            step_function = _fault_safe.checked_step(self, step_function)
+        return super()._make_function(step_function, *args, **kwargs)
+
+
+def _as_array(value, name):
+    try:
+        return np.asarray(value)
+    except ValueError as error:
+        raise ValueError(
+            f"{name} is a ragged list: pad every sequence to one length with "
+            "0 (the padding id), or use a NumPy array. "
+            f"({error})"
+        ) from None
+
+
+def _arrays_from_lists(x, name=None):
+    """Python lists of ids as arrays: Keras would read a list as many inputs."""
+    if isinstance(x, dict):
+        return {
+            key: _as_array(value, key) if isinstance(value, (list, tuple)) else value
+            for key, value in x.items()
+        }
+    if name is not None and isinstance(x, (list, tuple)):
+        return _as_array(x, name)
+    return x
+
+
+def _check_same_shape(decoder_inputs, targets):
+    if tuple(decoder_inputs.shape) != tuple(targets.shape):
+        raise ValueError(
+            "targets must have the shape of decoder_inputs (one target id per "
+            f"decoder position). Received: decoder_inputs.shape="
+            f"{tuple(decoder_inputs.shape)}, targets.shape={tuple(targets.shape)}"
+        )
+
+
+def _check_ids(ids, name, vocab_size, pads):
+    if ids.size and (ids.min() < 0 or ids.max() >= vocab_size):
+        allowed = f"[0, {vocab_size}) (vocab_size={vocab_size})"
+        if pads:
+            allowed += f" or the loss's pad id {pads}"
+        raise ValueError(
+            f"Token ids in {name} must be in {allowed}. Received ids from "
+            f"{ids.min()} to {ids.max()}."
+        )
 
 
 def _is_traced(value):

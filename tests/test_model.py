@@ -713,6 +713,11 @@ COMPILED_STEP_ERROR = {
 }
 
 
+# The model's host check names the input; the embedding layer's in-graph
+# check names the layer.
+BAD_ID_ERROR = r"Token ids (in \w+ )?must be in \[0, 40\)"
+
+
 def _streams():
     """A valid batch and the same batch with one id out of range."""
     good, _ = seq2seq_batch(np.random.default_rng(10), batch=4)
@@ -740,7 +745,7 @@ def test_predict_on_streamed_out_of_range_ids_raises(fresh_model, source):
         data = _Batches([good, bad])
     else:
         data = ((batch,) for batch in (good, bad))
-    with pytest.raises(Exception, match=r"Token ids must be in \[0, 40\)") as info:
+    with pytest.raises(Exception, match=BAD_ID_ERROR) as info:
         fresh_model.predict(data, verbose=0)
     assert type(info.value).__name__ == COMPILED_STEP_ERROR[BACKEND]
 
@@ -764,7 +769,7 @@ def test_model_still_usable_after_streamed_bad_ids(fresh_model, entry):
     expected = logits_of(fresh_model, good["encoder_inputs"], good["decoder_inputs"])
     targets = np.ones((4, 6), "int32")
     batches = [(good, targets), (bad, targets)] if entry == "evaluate" else [good, bad]
-    with pytest.raises(Exception, match=r"Token ids must be in \[0, 40\)"):
+    with pytest.raises(Exception, match=BAD_ID_ERROR):
         getattr(fresh_model, entry)(_Batches(batches), verbose=0)
     # The user fixes the data and carries on with the same model.
     np.testing.assert_allclose(
@@ -791,7 +796,7 @@ def test_predict_on_streamed_out_of_range_ids_fails_under_jit_compile(fresh_mode
         assert np.isfinite(logits[:4]).all()
         assert np.isnan(logits[4:]).all()
     else:
-        with pytest.raises(Exception, match=r"Token ids must be in \[0, 40\)"):
+        with pytest.raises(Exception, match=BAD_ID_ERROR):
             fresh_model.predict(_Batches([good, bad]), verbose=0)
 
 

@@ -72,6 +72,7 @@ class TokenEmbedding(keras.layers.Layer):
             logits = ops.matmul(inputs, ops.transpose(kernel))
             return ops.cast(logits, "float32")
         _checks.check_integer(inputs, f"Inputs to {self.name!r}")
+        inputs = _checks.check_not_empty(inputs, f"Inputs to {self.name!r}")
         inputs = _checks.check_range(
             inputs,
             0,

@@ -1,0 +1,144 @@
+"""A failed ``fit``, ``evaluate`` or ``predict`` leaves the model's weights intact.
+
+Keras' JAX trainer (3.15) detaches the variables' values from the model while
+it loops: the values travel through the jitted steps as a state tuple, each
+step donates (frees) its input buffers, and the newest state is re-attached
+only when the loop ends, by ``fit`` alone in a ``finally``. Any exception in
+``predict`` or ``evaluate`` (bad data found while tracing, an error in a
+callback, Ctrl-C), or in the first step of ``fit``, left every variable
+without a value: the model could not even be saved.
+
+``guard(model)`` wraps such a call. While it runs, the model records the
+newest values the trainer handed to a step or got back from one
+(``remember``); on any exception they are assigned back, so the model holds
+the weights of its last completed step. A donated buffer is lost only if a
+step fails while it runs on the device, after its inputs were consumed; so
+the model checks every batch on the host before it enters a compiled step
+(``checked_step``), and bad data fails before anything is donated.
+
+TensorFlow and PyTorch update variables in place, and a failed step stops
+before the optimizer's update (our in-graph checks are attached to the data
+that the update depends on), so ``guard`` has nothing to restore there.
+"""
+
+import contextlib
+
+import keras
+import numpy as np
+
+# {id(model): {id(variable): (variable, newest value)}} for the models inside
+# a guarded call. Kept off the model: Keras tracks the variables found in a
+# layer's attributes, and would count these as the model's own.
+_records = {}
+
+
+def _is_jax():
+    return keras.backend.backend() == "jax"
+
+
+def _state_variables(model, kind):
+    """The variable lists, in the order of the trainer's state tuple."""
+    groups = [model.trainable_variables, model.non_trainable_variables]
+    if kind == "train":
+        groups.append(model.optimizer.variables)
+    if kind in ("train", "test"):
+        groups.append(model.metrics_variables)
+    return groups
+
+
+def remember(model, variables, values):
+    """Record ``values`` as the newest known values of ``variables``."""
+    record = _records.get(id(model))
+    if record is None:
+        return
+    for variable, value in zip(variables, values, strict=True):
+        if value is not None:
+            record[id(variable)] = (variable, value)
+
+
+def remember_current(model, groups):
+    """Record the variables' attached values (before the trainer detaches them)."""
+    for variables in groups:
+        remember(model, variables, [v._value for v in variables])
+
+
+def checked_step(model, step_function):
+    """``step_function`` (one jitted step) with a host check of its batch first,
+    and its output state remembered."""
+
+    def step(state, data):
+        model._check_batch(data)
+        outputs, new_state = step_function(state, data)
+        kind = {4: "train", 3: "test", 2: "predict"}.get(len(new_state))
+        if kind is not None:
+            for variables, values in zip(
+                _state_variables(model, kind), new_state, strict=True
+            ):
+                remember(model, variables, values)
+        return outputs, new_state
+
+    return step
+
+
+def _usable(value):
+    if value is None:
+        return False
+    is_deleted = getattr(value, "is_deleted", None)
+    return not (is_deleted is not None and is_deleted())
+
+
+def _restore(model, record):
+    # A variable that still has a value holds the newest one (the trainer
+    # re-attached it, or never detached it); only detached ones are restored.
+    lost = []
+    for variable, value in record.values():
+        if not _usable(variable._value) and _usable(value):
+            variable.assign(value)
+    for variable in model.variables:
+        if not _usable(variable._value):
+            lost.append(variable.path)
+    model._jax_state = None
+    model._jax_state_synced = True
+    return lost
+
+
+@contextlib.contextmanager
+def guard(model):
+    """Run one trainer call; on any exception, reattach the newest good values."""
+    if not _is_jax() or id(model) in _records:
+        # Other backends keep their variables; a nested call (fit's
+        # validation runs evaluate) is covered by the outer guard.
+        yield
+        return
+    _records[id(model)] = {}
+    remember_current(model, [model.variables, model.metrics_variables])
+    optimizer = getattr(model, "optimizer", None)
+    if optimizer is not None:
+        remember_current(model, [optimizer.variables])
+    try:
+        yield
+    except BaseException as error:
+        lost = _restore(model, _records[id(model)])
+        if lost:
+            # Only a step that failed while running on the device can do
+            # this; say so rather than leave a model that fails later.
+            error.add_note(
+                f"keras_transformer: {len(lost)} variables lost their values "
+                f"in the failed step (e.g. {lost[0]}); rebuild or reload the "
+                "model."
+            )
+        raise
+    finally:
+        del _records[id(model)]
+
+
+def to_numpy(value):
+    """A host copy of a batch leaf, or None if it is not (fully) on this host."""
+    if value is None or isinstance(value, np.ndarray):
+        return value
+    if getattr(value, "is_fully_addressable", True) is False:
+        return None  # a global array of several processes: the layers check it
+    try:
+        return np.asarray(value)
+    except Exception:
+        return None
