@@ -142,3 +142,28 @@ def to_numpy(value):
         return np.asarray(value)
     except Exception:
         return None
+
+
+@contextlib.contextmanager
+def checked_tf_step(model, data):
+    """TensorFlow graphs: every op of the step waits for the batch's checks.
+
+    The layers' asserts stop whatever is computed from the ids, but a step
+    also has ops that read no data (the optimizer's iteration count, metric
+    counters), and a graph runs those even when an assert fails. Created
+    under these control dependencies, they run only after the checks pass.
+    """
+    if keras.backend.backend() != "tensorflow":
+        yield
+        return
+    import tensorflow as tf
+
+    if tf.executing_eagerly():
+        yield  # run_eagerly: the layers' checks raise before the update
+        return
+    checks = model._batch_checks(data)
+    if not checks:
+        yield
+        return
+    with tf.control_dependencies(checks):
+        yield

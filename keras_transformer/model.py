@@ -279,30 +279,73 @@ class Transformer(keras.Model):
                 return  # not all on this host: the layers check in the step
         self.validate_inputs(x, _fault_safe.to_numpy(y))
 
+    def _checked_targets(self, y):
+        """``(y, ids)``: the targets with their range check attached, and the
+        ids with the loss's pad ids mapped into the vocabulary (for NaN
+        poisoning under XLA); ``(y, None)`` if ``y`` is not one tensor."""
+        if y is None or isinstance(y, (dict, list, tuple)):
+            return y, None
+        _checks.check_integer(y, "targets")
+        vocab_size = self._target_vocab_size()
+        ids = y
+        for pad in self._target_pad_ids():
+            ids = ops.where(ops.equal(ids, pad), 0, ids)
+        y = _checks.check_range(
+            ids,
+            0,
+            vocab_size,
+            f"Target ids must be in [0, {vocab_size}) (the target vocabulary) "
+            "or the loss's pad id. Received ids from {lo} to {hi}.",
+            output=y,
+        )
+        return y, ids
+
     def compute_loss(
         self, x=None, y=None, y_pred=None, sample_weight=None, training=True
     ):
         # Targets are token ids like the inputs, with the same contract: a
         # float or out-of-vocabulary target is an error, never a loss value
         # (JAX would give NaN, PyTorch a finite wrong number).
-        if y is not None and not isinstance(y, (dict, list, tuple)):
-            _checks.check_integer(y, "targets")
-            vocab_size = self._target_vocab_size()
-            ids = y
-            for pad in self._target_pad_ids():
-                ids = ops.where(ops.equal(ids, pad), 0, ids)
-            y = _checks.check_range(
-                ids,
-                0,
-                vocab_size,
-                f"Target ids must be in [0, {vocab_size}) (the target "
-                f"vocabulary) or the loss's pad id. Received ids from {{lo}} to "
-                "{hi}.",
-                output=y,
-            )
-            loss = super().compute_loss(x, y, y_pred, sample_weight, training)
-            return _checks.nan_unless_in_range(loss, ids, 0, vocab_size)
-        return super().compute_loss(x, y, y_pred, sample_weight, training)
+        y, ids = self._checked_targets(y)
+        loss = super().compute_loss(x, y, y_pred, sample_weight, training)
+        if ids is None:
+            return loss
+        return _checks.nan_unless_in_range(loss, ids, 0, self._target_vocab_size())
+
+    def _batch_checks(self, data):
+        """In-graph checks of one batch (TensorFlow): tensors that fail to
+        compute when the batch is bad (see ``_fault_safe.checked_tf_step``)."""
+        x, y, _ = keras.utils.unpack_x_y_sample_weight(data)
+        checks = []
+        if isinstance(x, dict):
+            for name, (vocab_size, _) in self._limits().items():
+                ids = x.get(name)
+                if ids is None or not hasattr(ids, "dtype"):
+                    continue
+                _checks.check_integer(ids, name)
+                checks.append(_checks.check_not_empty(ids, name))
+                checks.append(
+                    _checks.check_range(
+                        ids,
+                        0,
+                        vocab_size,
+                        f"Token ids must be in [0, {vocab_size}) for {name} "
+                        f"(vocab_size={vocab_size}). Received ids from {{lo}} "
+                        "to {hi}.",
+                    )
+                )
+        checked_y, ids = self._checked_targets(y)
+        if ids is not None:
+            checks.append(checked_y)
+        return checks
+
+    def train_step(self, *args, **kwargs):
+        with _fault_safe.checked_tf_step(self, args[-1]):
+            return super().train_step(*args, **kwargs)
+
+    def test_step(self, *args, **kwargs):
+        with _fault_safe.checked_tf_step(self, args[-1]):
+            return super().test_step(*args, **kwargs)
 
     # -- every trainer call leaves the weights intact when it fails ----------
 
