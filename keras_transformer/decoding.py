@@ -455,14 +455,19 @@ def check_beam_size(beam_size):
 
 
 def check_length_penalty(alpha):
-    try:
-        alpha = float(alpha)
-    except (TypeError, ValueError):
+    # Like beam_size: a string such as "0.6" is a mistake to report, not a
+    # number to parse, and True is not a penalty.
+    if isinstance(alpha, bool) or not isinstance(
+        alpha, (int, float, np.integer, np.floating)
+    ):
         raise TypeError(
             f"length_penalty must be a number. Received: length_penalty={alpha!r}"
-        ) from None
-    if not alpha >= 0.0:  # also rejects NaN
+        )
+    alpha = float(alpha)
+    # α = inf makes lp(Y) infinite for every |Y| > 1: the scores no longer
+    # rank anything (the search returned "").
+    if not (alpha >= 0.0 and np.isfinite(alpha)):  # also rejects NaN
         raise ValueError(
-            f"length_penalty must be >= 0. Received: length_penalty={alpha}"
+            f"length_penalty must be >= 0 and finite. Received: length_penalty={alpha}"
         )
     return alpha

@@ -33,6 +33,11 @@ Decoding (the search itself is ``keras_transformer.decoding``):
   useful than failing a whole batch for one long line, and the warning says
   that it happened. Text the tokenizer cannot spell becomes ``<unk>``, also
   with a ``UserWarning``.
+- Every search argument is checked before a sentence is read, and every
+  sentence must be a ``str`` with a UTF-8 encoding: ``None``, bytes or a
+  number raise ``TypeError`` (rather than being translated as the words
+  "None", "b'...'" or "42"), a lone surrogate ``ValueError``, each naming
+  the sentence's index.
 
 keras-hub 0.32 reads the vocabulary asset with ``open()`` and no ``close()``,
 so ``load_model`` emits a ``ResourceWarning`` (harmless; an error only where
@@ -60,14 +65,55 @@ from keras_transformer.data.tokenizer import (
 EXTRA_OUTPUT_LENGTH = 50
 
 
-def _check_length(value, name):
-    if value is None:
+def _check_length(value, name, optional=True):
+    if value is None and optional:
         return None
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be an int or None. Received: {value!r}")
+        kind = "an int or None" if optional else "an int"
+        raise TypeError(f"{name} must be {kind}. Received: {name}={value!r}")
     if value < 1:
         raise ValueError(f"{name} must be >= 1. Received: {name}={value}")
     return int(value)
+
+
+def _check_search(beam_size, length_penalty, max_output_length, batch_size, use_cache):
+    """The search arguments, checked and normalised (TypeError, ValueError)."""
+    # A truthy string such as "no" would otherwise select the cache.
+    if not isinstance(use_cache, (bool, np.bool_)):
+        raise TypeError(f"use_cache must be a bool. Received: use_cache={use_cache!r}")
+    return (
+        decoding.check_beam_size(beam_size),
+        decoding.check_length_penalty(length_penalty),
+        _check_length(max_output_length, "max_output_length"),
+        _check_length(batch_size, "batch_size", optional=False),
+        bool(use_cache),
+    )
+
+
+def _check_texts(texts):
+    """``texts`` as a list of str; refuses anything str() would have turned
+    into words to translate ("None", "b'...'", "42")."""
+    if isinstance(texts, (str, bytes)):
+        raise TypeError("texts must be a list of sentences, not one string.")
+    try:
+        texts = list(texts)
+    except TypeError:
+        raise TypeError(
+            f"texts must be an iterable of str, got {type(texts).__name__}"
+        ) from None
+    for i, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise TypeError(f"texts[{i}] must be str, got {type(text).__name__}")
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as error:
+            # E.g. a lone surrogate, from bytes decoded with "surrogateescape".
+            bad = text[error.start : error.end]
+            raise ValueError(
+                f"texts[{i}] cannot be encoded as UTF-8 ({error.reason}): "
+                f"{bad!r} at index {error.start}"
+            ) from None
+    return texts
 
 
 def _bucket(length, boundaries):
@@ -116,18 +162,33 @@ class Translator(keras.Model):
         limits = transformer._limits()
         src_vocab, self.source_max_length = limits["encoder_inputs"]
         _, self.target_max_length = limits["decoder_inputs"]
+        self._source_vocabulary_size = src_vocab
         # A tokenizer loaded from a .keras file has no vocabulary until its
         # asset is read (after from_config); check the sizes when it has one.
         if getattr(tokenizer, "proto", None) is not None:
-            vocab = tokenizer.vocabulary_size()
-            if vocab > src_vocab:
-                raise ValueError(
-                    f"The tokenizer has {vocab} ids but the transformer's source "
-                    f"vocabulary only {src_vocab}."
-                )
+            self.check_tokenizer()
         self._source_boundaries = _boundaries(self.source_max_length)
         self._target_boundaries = _boundaries(self.target_max_length)
         self.built = True
+
+    def check_tokenizer(self):
+        """Check that the tokenizer has a vocabulary that fits the transformer.
+
+        A translator loaded from a ``.keras`` file whose vocabulary asset is
+        missing loads without one; this names the problem (``ValueError``).
+        """
+        if getattr(self.tokenizer, "proto", None) is None:
+            raise ValueError(
+                "the tokenizer has no vocabulary (a translator loaded from a "
+                ".keras file reads it from the asset vocabulary.spm: is it "
+                "missing from the archive?)"
+            )
+        vocab = self.tokenizer.vocabulary_size()
+        if vocab > self._source_vocabulary_size:
+            raise ValueError(
+                f"The tokenizer has {vocab} ids but the transformer's source "
+                f"vocabulary only {self._source_vocabulary_size}."
+            )
 
     def call(self, inputs, training=None):
         return self.transformer(inputs, training=training)
@@ -164,10 +225,11 @@ class Translator(keras.Model):
         """Translate sentences with beam search (greedy with ``beam_size=1``).
 
         Args:
-            texts: list of str.
+            texts: list (or other iterable) of str; anything else, or text
+                with no UTF-8 encoding (a lone surrogate), is refused.
             beam_size: int >= 1, hypotheses kept per sentence; the paper's 4
                 by default (§6.1). 1 is greedy search.
-            length_penalty: float >= 0, α of the length penalty
+            length_penalty: finite float >= 0, α of the length penalty
                 ``((5 + |Y|) / 6) ** α`` (paper: 0.6).
             max_output_length: optional int, maximum number of generated
                 tokens per sentence (``END_ID`` included); overrides the
@@ -180,6 +242,10 @@ class Translator(keras.Model):
 
         Returns:
             list of str, one per input (``""`` where the model ends at once).
+
+        Raises:
+            TypeError, ValueError: a bad argument, before any sentence is
+                read.
         """
         ids = self.translate_ids(
             texts, beam_size, length_penalty, max_output_length, batch_size, use_cache
@@ -201,14 +267,10 @@ class Translator(keras.Model):
             list of lists of int: the tokens after ``START_ID``, ending with
             ``END_ID`` unless the maximum output length was reached first.
         """
-        hypotheses = self.decode_ids(
-            self.encode_sources(texts),
-            beam_size,
-            length_penalty,
-            max_output_length,
-            batch_size,
-            use_cache,
+        search = _check_search(
+            beam_size, length_penalty, max_output_length, batch_size, use_cache
         )
+        hypotheses = self.decode_ids(self.encode_sources(texts), *search)
         return [best[0][0] for best in hypotheses]
 
     def n_best(
@@ -233,6 +295,11 @@ class Translator(keras.Model):
             first; the score is ``log P(Y | X) / lp(Y)``, the quantity the
             search ranks by.
         """
+        # beam_size first: n defaults to it and is bounded by it.
+        search = _check_search(
+            beam_size, length_penalty, max_output_length, batch_size, use_cache
+        )
+        beam_size = search[0]
         n = beam_size if n is None else n
         if isinstance(n, bool) or not isinstance(n, numbers.Integral):
             raise TypeError(f"n must be an int. Received: n={n!r}")
@@ -240,14 +307,7 @@ class Translator(keras.Model):
             raise ValueError(
                 f"n must be between 1 and beam_size={beam_size}. Received: n={n}"
             )
-        hypotheses = self.decode_ids(
-            self.encode_sources(texts),
-            beam_size,
-            length_penalty,
-            max_output_length,
-            batch_size,
-            use_cache,
-        )
+        hypotheses = self.decode_ids(self.encode_sources(texts), *search)
         results = []
         for row in hypotheses:
             row = row[:n]
@@ -264,10 +324,15 @@ class Translator(keras.Model):
         and ``END_ID``, with a ``UserWarning``. A source with text the
         tokenizer cannot spell (``UNK_ID``) also gives a ``UserWarning``: it
         is translated, but the model has not seen those characters.
+
+        Raises:
+            TypeError: ``texts`` is one string, or an item is not a str
+                (the message names its index and type).
+            ValueError: an item has no UTF-8 encoding (e.g. a lone
+                surrogate), or the tokenizer has no vocabulary.
         """
-        if isinstance(texts, (str, bytes)):
-            raise TypeError("texts must be a list of sentences, not one string.")
-        texts = [str(text) for text in texts]
+        texts = _check_texts(texts)
+        self.check_tokenizer()
         ids = encode(self.tokenizer, texts)
         unknown = [i for i, row in enumerate(ids) if UNK_ID in row]
         if unknown:
@@ -326,12 +391,13 @@ class Translator(keras.Model):
             score)``, best first: ids as in ``translate_ids``, score
             ``log P(Y | X) / lp(Y)``.
         """
-        beam_size = decoding.check_beam_size(beam_size)
-        length_penalty = decoding.check_length_penalty(length_penalty)
-        max_output_length = _check_length(max_output_length, "max_output_length")
+        beam_size, length_penalty, max_output_length, batch_size, use_cache = (
+            _check_search(
+                beam_size, length_penalty, max_output_length, batch_size, use_cache
+            )
+        )
         if max_output_length is None:
             max_output_length = self.max_output_length
-        batch_size = _check_length(batch_size, "batch_size")
         sources = [[int(i) for i in row] for row in source_ids]
         for row in sources:
             if self.source_max_length is not None and len(row) > self.source_max_length:

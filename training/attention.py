@@ -8,8 +8,9 @@ Without ``--target`` the decoder is fed the model's own greedy translation.
 ``--kind`` is ``cross`` (target tokens by source tokens, the default),
 ``encoder_self`` or ``decoder_self``; ``--layer`` and ``--head`` are Python
 indices (``--layer -1``: the last layer); without ``--head`` the heads are
-averaged. The PNG is written atomically and its path printed. A missing
-model, or a target too long for the model, stops the run with exit status 2.
+averaged. The PNG is written atomically and its path printed. A missing or
+damaged model, or a target too long for the model, stops the run with exit
+status 2 and a one-line message.
 """
 
 import argparse
@@ -19,7 +20,7 @@ import os
 from keras_transformer.attention_maps import attention_maps
 from keras_transformer.checkpoints import write_atomic
 from keras_transformer.plotting import KINDS, plot_attention_maps
-from training.evaluate import load_translator
+from training.evaluate import ModelFileError, load_translator
 
 
 def main(argv=None):
@@ -29,8 +30,8 @@ def main(argv=None):
         str: the path of the PNG written.
 
     Raises:
-        SystemExit: status 2 for bad arguments, a missing model or a target
-            the model cannot take.
+        SystemExit: status 2 for bad arguments, a missing or damaged model
+            or a target the model cannot take.
     """
     parser = argparse.ArgumentParser(
         prog="python -m training.attention", description=__doc__.splitlines()[0]
@@ -60,7 +61,7 @@ def main(argv=None):
         fail(f"{args.out}: is a directory, not an output file")
     try:
         translator = load_translator(args.model)
-    except (OSError, TypeError) as error:
+    except (OSError, TypeError, ModelFileError) as error:
         fail(str(error))
     try:
         maps = attention_maps(translator, args.source, args.target)

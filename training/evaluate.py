@@ -7,10 +7,11 @@
 
 The source and reference files are checked (same number of lines, no empty
 line, valid UTF-8) before the model is loaded, and a bad file, like a missing
-model, stops the run with exit status 2 and a message naming the file. Scores
-come from sacrebleu with its default settings (detokenized text, 13a
-tokenization for BLEU). Decoding is beam search with 4 beams and length
-penalty 0.6 by default, as in the paper (§6.1); ``--beam-size 1`` is greedy.
+or damaged model, stops the run with exit status 2 and a one-line message
+naming the file. Scores come from sacrebleu with its default settings
+(detokenized text, 13a tokenization for BLEU). Decoding is beam search with
+4 beams and length penalty 0.6 by default, as in the paper (§6.1);
+``--beam-size 1`` is greedy.
 ``--checkpoint`` evaluates the weights of one of ``training.train``'s
 checkpoint folders instead of the saved model's (e.g. the last checkpoint
 rather than the average of the last few). The JSON written holds the scores,
@@ -25,6 +26,7 @@ import json
 import os
 import time
 import warnings
+import zipfile
 
 import keras
 
@@ -74,12 +76,76 @@ def score(hypotheses, references):
     }
 
 
+class ModelFileError(ValueError):
+    """A model file that exists but does not hold a usable translator.
+
+    Args:
+        path: the file at fault.
+        reason: what is wrong with it, e.g. ``"empty file (0 bytes)"``.
+
+    The message is ``"{path}: {reason}"``, on one line.
+    """
+
+    def __init__(self, path, reason):
+        self.path = os.fsdecode(path)
+        self.reason = reason
+        super().__init__(f"{self.path}: {reason}")
+
+
+# Keras' messages can run to pages (the whole config of an unknown class);
+# a script prints the reason on one line.
+_REASON_CHARS = 300
+
+
+def _one_line(error):
+    text = " ".join(f"{type(error).__name__}: {error}".split())
+    if len(text) > _REASON_CHARS:
+        text = text[: _REASON_CHARS - 3] + "..."
+    return text
+
+
+def _check_archive(path):
+    """Raise ``ModelFileError`` unless ``path`` is a zip with a Keras config.
+
+    Keras reports an existing file that is not a zip (empty, truncated, or
+    something else) as "File not found", and a zip without config.json with
+    a bare ``KeyError``.
+    """
+    if not os.fsdecode(path).endswith(".keras"):
+        raise ModelFileError(
+            path, "name does not end in .keras (Keras loads no other model files)"
+        )
+    if os.path.getsize(path) == 0:
+        raise ModelFileError(path, "empty file (0 bytes), not a .keras archive")
+    try:
+        with zipfile.ZipFile(path) as archive:
+            names = archive.namelist()
+    except zipfile.BadZipFile:
+        with open(path, "rb") as file:
+            start = file.read(4)
+        # A zip starts with a local file header; one that has it but no
+        # readable directory at its end was cut short or overwritten.
+        if start == b"PK\x03\x04":
+            raise ModelFileError(
+                path, "truncated or damaged zip archive (unreadable directory)"
+            ) from None
+        raise ModelFileError(path, "not a zip archive, so not a .keras file") from None
+    if "config.json" not in names:
+        raise ModelFileError(path, "zip archive with no config.json: not a Keras model")
+
+
 def load_translator(path):
     """The ``kt.Translator`` saved at ``path`` (a ``.keras`` file).
+
+    Besides what Keras checks, the file must be a readable zip archive
+    named ``*.keras`` and the translator's tokenizer must have its
+    vocabulary (the asset ``vocabulary.spm``).
 
     Raises:
         FileNotFoundError: no such file.
         IsADirectoryError: ``path`` is a directory.
+        ModelFileError: the file is not a readable ``.keras`` archive, Keras
+            cannot load it, or the tokenizer lacks its vocabulary.
         TypeError: the file holds another kind of model.
     """
     if os.path.isdir(path):
@@ -88,16 +154,26 @@ def load_translator(path):
         )
     if not os.path.isfile(path):
         raise FileNotFoundError(f"{path}: no such model file")
-    with warnings.catch_warnings():
-        # keras-hub 0.32 opens the vocabulary asset without closing it; the
-        # ResourceWarning is harmless but fatal under -W error.
-        warnings.simplefilter("ignore", ResourceWarning)
-        translator = keras.saving.load_model(path)
+    _check_archive(path)
+    try:
+        with warnings.catch_warnings():
+            # keras-hub 0.32 opens the vocabulary asset without closing it; the
+            # ResourceWarning is harmless but fatal under -W error.
+            warnings.simplefilter("ignore", ResourceWarning)
+            translator = keras.saving.load_model(path)
+    except Exception as error:
+        # Whatever Keras, h5py, zipfile (a bad CRC) or SentencePiece raise
+        # for a damaged member; the original stays chained for a debugger.
+        raise ModelFileError(path, f"cannot be loaded: {_one_line(error)}") from error
     if not isinstance(translator, kt.Translator):
         raise TypeError(
             f"{path}: holds a {type(translator).__name__}, not a "
             "keras_transformer Translator"
         )
+    try:
+        translator.check_tokenizer()
+    except ValueError as error:
+        raise ModelFileError(path, str(error)) from None
     return translator
 
 
@@ -170,7 +246,8 @@ def main(argv=None):
         dict: what the JSON file holds (see the module docstring).
 
     Raises:
-        SystemExit: status 2 for bad arguments, bad data or a missing model.
+        SystemExit: status 2 for bad arguments, bad data or a missing or
+            damaged model.
     """
     parser = argparse.ArgumentParser(
         prog="python -m training.evaluate", description=__doc__.splitlines()[0]
@@ -203,7 +280,7 @@ def main(argv=None):
         fail(str(error))
     try:
         translator = load_translator(args.model)
-    except (OSError, TypeError) as error:
+    except (OSError, TypeError, ModelFileError) as error:
         fail(str(error))
     if args.checkpoint is not None:
         weights = os.path.join(args.checkpoint, checkpoints.WEIGHTS_FILE)

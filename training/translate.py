@@ -9,18 +9,49 @@ when none are given; translations go to standard output, one per line, in
 the same order. Decoding is beam search with 4 beams and length penalty 0.6
 by default, as in the paper (§6.1); ``--beam-size 1`` is greedy. With
 ``--n-best N`` each sentence gives its N best translations, one per line as
-``score<TAB>translation``, then an empty line.
+``score<TAB>translation``, then an empty line. A missing or damaged model
+stops the run with exit status 2 and a one-line message naming the file.
 """
 
 import argparse
 import sys
 
 from training.evaluate import (
+    ModelFileError,
     add_search_arguments,
     load_translator,
     positive_int,
     translate,
 )
+
+
+def read_sentences(arguments, stdin):
+    """The sentences to translate: ``arguments``, or else the lines of stdin.
+
+    Raises:
+        ValueError: text that is not valid UTF-8, named by where it came from.
+    """
+    if arguments:
+        sentences, source = list(arguments), "argument"
+    else:
+        source = "standard input, line"
+        try:
+            sentences = [line.rstrip("\r\n") for line in stdin]
+        except UnicodeDecodeError as error:
+            # Decoding runs by chunks, so the line is not known.
+            raise ValueError(
+                f"standard input is not valid UTF-8 text ({error.reason})"
+            ) from None
+    for number, sentence in enumerate(sentences, 1):
+        try:
+            sentence.encode("utf-8")
+        except UnicodeEncodeError:
+            # Arguments (and stdin in the C locale) that are not UTF-8 arrive
+            # as lone surrogates, which the tokenizer cannot take.
+            raise ValueError(
+                f"{source} {number} is not valid UTF-8 text: {sentence[:60]!r}"
+            ) from None
+    return sentences
 
 
 def main(argv=None, stdin=None, stdout=None):
@@ -44,9 +75,12 @@ def main(argv=None, stdin=None, stdout=None):
         )
     try:
         translator = load_translator(args.model)
-    except (OSError, TypeError) as error:
+    except (OSError, TypeError, ModelFileError) as error:
         parser.exit(2, f"{parser.prog}: error: {error}\n")
-    sentences = args.sentences or [line.rstrip("\r\n") for line in stdin]
+    try:
+        sentences = read_sentences(args.sentences, stdin)
+    except ValueError as error:
+        parser.exit(2, f"{parser.prog}: error: {error}\n")
     if args.n_best is not None:
         n_best = translator.n_best(
             sentences,
