@@ -9,6 +9,11 @@ the previous checkpoints or the new one, never half of one: directories
 whose names start with ``.tmp-`` are leftovers of an interrupted write and
 are ignored (and removed by the next save).
 
+A checkpoint that was complete once can still be damaged later (a disk
+error, a file truncated by a copy): ``load_checkpoint`` then raises
+``CheckpointError`` naming the folder and why, and ``load_latest`` and
+``average_checkpoints`` can skip such checkpoints instead of failing.
+
 Checkpoint averaging (§6.1: "we used a single model obtained by averaging the
 last 5 checkpoints, which were written at 10-minute intervals"; the last 20
 for the big models) is ``average_checkpoints``.
@@ -16,6 +21,7 @@ for the big models) is ``average_checkpoints``.
 
 import json
 import os
+import re
 import shutil
 import uuid
 
@@ -26,6 +32,24 @@ WEIGHTS_FILE = "model.weights.h5"
 STATE_FILE = "state.json"
 _PREFIX = "step-"
 _TMP_PREFIX = ".tmp-"
+_PARTIAL = ".partial.keras"  # save_model_atomic's temporary file
+# h5py raises OSError or RuntimeError for a damaged file, Keras ValueError or
+# KeyError for one that holds other variables than the model's.
+_LOAD_ERRORS = (OSError, RuntimeError, ValueError, KeyError)
+
+
+class CheckpointError(ValueError):
+    """A checkpoint folder that does not load; the message names it and why.
+
+    Attributes:
+        path: str, the checkpoint folder.
+        reason: str, one line.
+    """
+
+    def __init__(self, path, reason):
+        self.path = os.fspath(path)
+        self.reason = reason
+        super().__init__(f"{self.path}: {reason}")
 
 
 def checkpoint_name(iterations):
@@ -33,11 +57,15 @@ def checkpoint_name(iterations):
     return f"{_PREFIX}{int(iterations):09d}"
 
 
-def list_checkpoints(directory):
+def list_checkpoints(directory, up_to=None):
     """Complete checkpoint directories under ``directory``, oldest first.
+
+    Complete means both files are there; whether they load is for
+    ``load_checkpoint`` to find out.
 
     Args:
         directory: str or path; need not exist.
+        up_to: optional int, leave out checkpoints of more optimizer steps.
 
     Returns:
         list of str paths, sorted by optimizer step.
@@ -53,14 +81,26 @@ def list_checkpoints(directory):
             and os.path.isfile(os.path.join(path, STATE_FILE))
             and os.path.isfile(os.path.join(path, WEIGHTS_FILE))
         ):
-            found.append((int(name[len(_PREFIX) :]), path))
+            step = int(name[len(_PREFIX) :])
+            if up_to is None or step <= up_to:
+                found.append((step, path))
     return [path for _, path in sorted(found)]
 
 
 def read_state(path):
-    """The ``state.json`` dict of the checkpoint directory ``path``."""
-    with open(os.path.join(path, STATE_FILE), encoding="utf-8") as file:
-        return json.load(file)
+    """The ``state.json`` dict of the checkpoint directory ``path``.
+
+    Raises:
+        CheckpointError: the file is missing, unreadable or not a JSON object.
+    """
+    try:
+        with open(os.path.join(path, STATE_FILE), encoding="utf-8") as file:
+            state = json.load(file)
+    except (OSError, ValueError) as error:
+        raise CheckpointError(path, _why(STATE_FILE, error)) from None
+    if not isinstance(state, dict):
+        raise CheckpointError(path, f"{STATE_FILE} holds no JSON object")
+    return state
 
 
 def save_checkpoint(model, directory, state, keep=None):
@@ -99,7 +139,11 @@ def save_checkpoint(model, directory, state, keep=None):
         os.rename(tmp, final)
     _fsync_dir(directory)
     if keep is not None:
-        for old in list_checkpoints(directory)[:-keep]:
+        # Checkpoints of later steps are left alone: after resuming from an
+        # older checkpoint (the later ones did not load) they must not count
+        # against the good ones written now; each is replaced when training
+        # gets back to its step.
+        for old in list_checkpoints(directory, up_to=state["iterations"])[:-keep]:
             shutil.rmtree(old, ignore_errors=True)
     return final
 
@@ -109,15 +153,48 @@ def load_checkpoint(model, path):
 
     The optimizer must be built before its variables can be assigned, so it
     is built here from the model's trainable variables when needed.
+
+    Raises:
+        CheckpointError: a file of the checkpoint is missing or damaged, or
+            holds other variables than ``model``'s. Some of ``model``'s
+            variables may have been assigned already; loading another
+            checkpoint assigns them all again.
     """
+    state = read_state(path)  # the cheap check first
     optimizer = getattr(model, "optimizer", None)
     if optimizer is not None and not optimizer.built:
         optimizer.build(model.trainable_variables)
-    model.load_weights(os.path.join(path, WEIGHTS_FILE))
-    return read_state(path)
+    try:
+        model.load_weights(os.path.join(path, WEIGHTS_FILE))
+    except _LOAD_ERRORS as error:
+        raise CheckpointError(path, _why(WEIGHTS_FILE, error)) from None
+    return state
 
 
-def average_checkpoints(model, paths):
+def load_latest(model, directory, on_skip=None):
+    """Restore the newest checkpoint under ``directory`` that loads.
+
+    Args:
+        model: as for ``load_checkpoint``.
+        directory: the checkpoints folder; need not exist.
+        on_skip: optional callable, given the ``CheckpointError`` of each
+            newer checkpoint that did not load.
+
+    Returns:
+        ``(path, state)`` of the checkpoint restored, or ``(None, None)`` when
+        none loads (or there is none). After ``(None, None)`` with skipped
+        checkpoints, ``model``'s variables may be partly assigned.
+    """
+    for path in reversed(list_checkpoints(directory)):
+        try:
+            return path, load_checkpoint(model, path)
+        except CheckpointError as error:
+            if on_skip is not None:
+                on_skip(error)
+    return None, None
+
+
+def average_checkpoints(model, paths, on_skip=None):
     """Set ``model``'s weights to the mean of the weights in ``paths`` (§6.1).
 
     The mean is taken in float64 per variable over the model weights only
@@ -130,27 +207,105 @@ def average_checkpoints(model, paths):
             checkpoints.
         paths: non-empty list of checkpoint directories (e.g. the last K of
             ``list_checkpoints``).
+        on_skip: optional callable. Given, a checkpoint that does not load is
+            left out of the mean (and "the last checkpoint" above is the last
+            one that loads) and its ``CheckpointError`` passed to
+            ``on_skip``; otherwise the error is raised.
 
     Returns:
         ``model``, with the averaged weights.
+
+    Raises:
+        CheckpointError: a checkpoint does not load and there is no
+            ``on_skip``, or none of them loads.
     """
     paths = list(paths)
     if not paths:
         raise ValueError("average_checkpoints needs at least one checkpoint.")
-    sums = None
+    sums, used, loaded = None, [], None
     for path in paths:
-        load_checkpoint(model, path)
+        try:
+            load_checkpoint(model, path)
+        except CheckpointError as error:
+            if on_skip is None:
+                raise
+            on_skip(error)
+            loaded = None
+            continue
+        loaded = path
+        used.append(path)
         values = [np.asarray(keras.ops.convert_to_numpy(w)) for w in model.weights]
         if sums is None:
             sums = [v.astype("float64") for v in values]
         else:
             for total, value in zip(sums, values, strict=True):
                 total += value
+    if not used:
+        names = ", ".join(os.path.basename(os.path.normpath(p)) for p in paths)
+        raise CheckpointError(
+            os.path.dirname(os.path.normpath(paths[-1])),
+            f"no checkpoint of {names} loads",
+        )
+    if loaded is None:
+        # A failed load can leave variables half assigned: back to the last
+        # good checkpoint, for the integer weights and the optimizer's state.
+        load_checkpoint(model, used[-1])
     # The last checkpoint is loaded now; replace the float weights by the mean.
     for weight, total in zip(model.weights, sums, strict=True):
         if "float" in keras.backend.standardize_dtype(weight.dtype):
-            weight.assign((total / len(paths)).astype(weight.dtype))
+            weight.assign((total / len(used)).astype(weight.dtype))
     return model
+
+
+def foreign_files(directory):
+    """Paths under the checkpoints folder ``directory`` not from ``save_checkpoint``.
+
+    For a caller about to delete the folder, so that nothing else goes with
+    it: checkpoint folders (complete, or left by an interrupted save) may
+    hold only the weights, the state and a temporary state file.
+
+    Returns:
+        sorted list of paths relative to ``directory``, with ``/``.
+    """
+    # step-N, and .tmp-step-N / .tmp-old-step-N of a save that was killed.
+    pattern = f"({re.escape(_TMP_PREFIX)}(old-)?)?{re.escape(_PREFIX)}[0-9]+"
+    found = []
+    for name in sorted(os.listdir(directory)):
+        path = os.path.join(directory, name)
+        ours = re.fullmatch(pattern, name)
+        if not ours or os.path.islink(path) or not os.path.isdir(path):
+            found.append(name)
+            continue
+        for inner in sorted(os.listdir(path)):
+            inner_path = os.path.join(path, inner)
+            known = inner in (WEIGHTS_FILE, STATE_FILE) or (
+                temporary_target(inner) == STATE_FILE
+            )
+            if os.path.islink(inner_path) or not os.path.isfile(inner_path):
+                known = False
+            if not known:
+                found.append(f"{name}/{inner}")
+    return found
+
+
+def _why(file, error):
+    # One line: Keras' own messages run over several, with blank ones.
+    text = " ".join(str(error).split()) or "no message"
+    if len(text) > 300:
+        text = text[:300] + "..."
+    return f"{file} does not load ({type(error).__name__}: {text})"
+
+
+def temporary_target(name):
+    """The file that ``name`` was to become, if ``name`` is the temporary file
+    of a ``write_atomic`` or ``save_model_atomic`` (left by a kill); else None.
+    """
+    match = re.fullmatch(r"\.(.+)\.[0-9a-f]{8}\.tmp", name)
+    if match:
+        return match.group(1)
+    if name.endswith(_PARTIAL) and len(name) > len(_PARTIAL):
+        return name[: -len(_PARTIAL)] + ".keras"
+    return None
 
 
 def write_atomic(path, data):
@@ -197,7 +352,7 @@ def save_model_atomic(model, path):
     path = os.fspath(path)
     if not path.endswith(".keras"):
         raise ValueError(f"The path must end with .keras. Received: {path!r}")
-    tmp = path[: -len(".keras")] + ".partial.keras"
+    tmp = path[: -len(".keras")] + _PARTIAL
     model.save(tmp)
     os.replace(tmp, path)
     _fsync_dir(os.path.dirname(os.path.abspath(path)))

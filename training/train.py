@@ -14,12 +14,15 @@ The paper's recipe: Adam (β1 0.9, β2 0.98, ε 1e-9) with warm-up and inverse
 square-root decay (§5.3), label smoothing 0.1 (§5.4), batches by length to a
 token budget (§5.1), optional averaging of the last checkpoints (§6.1).
 
-Everything goes to ``--out``: ``run.json`` (settings and status),
-``tokenizer.model``, ``checkpoints/`` (resumable, written atomically),
-``logs/`` (TensorBoard), ``translator.keras`` and ``results.json``. Run the
-same command again after an interruption (even ``kill -9``) and training
-continues from the last checkpoint; a finished ``--out`` is left alone unless
-``--overwrite`` is given. Input files are checked before anything is written.
+Everything goes to ``--out``: ``run.json`` (settings, status, and the files
+the run created), ``tokenizer.model``, ``checkpoints/`` (resumable, written
+atomically), ``logs/`` (TensorBoard), ``translator.keras`` and
+``results.json``. Run the same command again after an interruption (even
+``kill -9``) and training continues from the last checkpoint that loads (or,
+killed in the final report, only the report is written); a finished
+``--out`` is left alone unless ``--overwrite`` is given, which deletes only
+what runs of this script wrote there. Input files and settings are checked
+before anything is written.
 """
 
 import argparse
@@ -27,6 +30,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import re
 import shutil
 import sys
 import time
@@ -85,14 +89,11 @@ RUN_FILE = "run.json"
 TOKENIZER_FILE = "tokenizer.model"
 TRANSLATOR_FILE = "translator.keras"
 RESULTS_FILE = "results.json"
-OUR_ENTRIES = {
-    RUN_FILE,
-    TOKENIZER_FILE,
-    TRANSLATOR_FILE,
-    RESULTS_FILE,
-    "checkpoints",
-    "logs",
-}
+CHECKPOINTS_DIR = "checkpoints"
+LOGS_DIR = "logs"
+# run.json's status: "running" until translator.keras is saved, "trained"
+# until results.json is written, then "finished".
+STATUSES = ("running", "trained", "finished")
 
 
 class UsageError(Exception):
@@ -179,6 +180,13 @@ def parse_args(argv=None):
     ):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1")
+    if args.vocab_size <= ktd.UNK_ID + 1:
+        parser.error(
+            f"--vocab-size must be > {ktd.UNK_ID + 1}, the reserved ids "
+            "(<pad>, <s>, </s>, <unk>)"
+        )
+    if args.bucket_lengths and args.batch_tokens < args.bucket_lengths[-1]:
+        parser.error(_batch_tokens_error(args.batch_tokens, args.bucket_lengths[-1]))
     if args.average_last < 1:
         parser.error("--average-last must be >= 1")
     if args.checkpoint_steps < 1:
@@ -200,6 +208,17 @@ def _int_list(text):
     if not values or values != sorted(set(values)) or values[0] < 1:
         raise argparse.ArgumentTypeError(f"expected increasing lengths; got {text!r}")
     return values
+
+
+def _batch_tokens_error(batch_tokens, longest, replicas=1, given=True):
+    need = longest * replicas
+    rows = f" × {replicas} replicas" if replicas > 1 else ""
+    lower = "the last --bucket-lengths" if given else "--max-length"
+    return (
+        f"--batch-tokens {batch_tokens} leaves no room for one row of the longest "
+        f"bucket ({longest} tokens{rows}); raise it to at least {need}, or lower "
+        f"{lower}"
+    )
 
 
 def model_config(args):
@@ -266,12 +285,16 @@ def boundaries_for(max_length, lengths):
 
 
 def prepare_out(args):
-    """Check ``--out``; return the previous ``run.json`` dict to resume, or None.
+    """Check ``--out``; return the previous ``run.json`` dict to continue, or None.
 
     - missing or empty: a new run;
-    - an unfinished run with the same settings: resume it;
+    - an unfinished run with the same settings: resume it (or, if it was
+      trained but its report is missing, write the report);
     - a finished run, another run's settings, or files that are not ours:
-      refuse unless ``--overwrite`` (which clears our files only).
+      refuse. ``--overwrite`` clears a folder only if a run of this script
+      wrote everything in it (see ``not_ours``).
+
+    Only reads; nothing is written or deleted here.
     """
     out = args.out
     if os.path.exists(out) and not os.path.isdir(out):
@@ -279,29 +302,35 @@ def prepare_out(args):
     entries = set(os.listdir(out)) if os.path.isdir(out) else set()
     if not entries:
         return None
-    run = None
-    if RUN_FILE in entries:
-        with open(os.path.join(out, RUN_FILE), encoding="utf-8") as file:
-            run = json.load(file)
+    run = read_run(out)
     if args.overwrite:
-        foreign = sorted(entries - OUR_ENTRIES - {e for e in entries if ".tmp" in e})
+        foreign = not_ours(out, run)
         if foreign:
+            shown = ", ".join(foreign[:5])
+            if len(foreign) > 5:
+                shown += f" and {len(foreign) - 5} more"
+            if run is not None and "created" not in run:
+                shown += f"; its {RUN_FILE} lists none, from an older version?"
             raise UsageError(
-                f"--out {out} holds files this script did not write "
-                f"({', '.join(foreign[:5])}); refusing to clear it. Choose "
-                "another --out."
+                f"--out {out} holds files this script did not write ({shown}); "
+                "refusing to clear it. Move them away or choose another --out."
             )
         return None
     if run is None:
         raise UsageError(
-            f"--out {out} is not empty and holds no {RUN_FILE}; choose an empty "
-            "or new folder."
+            f"--out {out} is not empty and holds no {RUN_FILE} of this script; "
+            "choose an empty or new folder."
         )
-    if run.get("status") == "finished":
+    reported = os.path.exists(os.path.join(out, RESULTS_FILE))
+    if run["status"] == "finished" and reported:
         raise UsageError(
             f"--out {out} holds a finished run ({TRANSLATOR_FILE}). Pass "
             "--overwrite to train again from scratch, or choose another --out."
         )
+    if run["status"] == "finished":
+        # Marked finished before its report was written (by older versions):
+        # the report is all that is left to do.
+        run["status"] = "trained"
     now = settings(args)
     changed = sorted(
         key
@@ -317,8 +346,103 @@ def prepare_out(args):
     return run
 
 
+def read_run(out):
+    """``out``'s ``run.json`` as a dict; None if missing or not this script's."""
+    try:
+        with open(os.path.join(out, RUN_FILE), encoding="utf-8") as file:
+            run = json.load(file)
+    except (OSError, ValueError):
+        return None
+    if (
+        not isinstance(run, dict)
+        or run.get("status") not in STATUSES
+        or not isinstance(run.get("settings"), dict)
+        or not isinstance(run.get("created", []), list)
+    ):
+        return None
+    return run
+
+
+def write_run(out, run):
+    checkpoints.write_json_atomic(os.path.join(out, RUN_FILE), run)
+
+
+def will_create(out, run, *names):
+    """Add ``names`` (entries of ``out``) to those ``run.json`` says we created.
+
+    Called before creating them: a kill in between then leaves at worst a
+    name listed that was never created, not a file of ours that
+    ``--overwrite`` would refuse to clear as someone else's.
+    """
+    created = sorted(set(run.get("created", [])).union(names))
+    if created != run.get("created"):
+        run["created"] = created
+        write_run(out, run)
+
+
+def not_ours(out, run):
+    """What in ``out`` no run of this script wrote: sorted relative paths.
+
+    Ours are ``run.json`` and the entries it lists as created (``run`` is
+    the folder's ``run.json`` dict, or None), with the temporary files of
+    their atomic writes; inside ``checkpoints/`` and ``logs/`` only what
+    ``save_checkpoint`` and TensorBoard write there. Symbolic links never
+    are: we make none.
+    """
+    ours = {RUN_FILE, *run.get("created", [])} if run is not None else set()
+    found = []
+    for name in sorted(os.listdir(out)):
+        path = os.path.join(out, name)
+        link = os.path.islink(path)
+        folder = os.path.isdir(path) and not link
+        target = checkpoints.temporary_target(name)
+        known = name in ours or (target in ours and target not in _FOLDERS)
+        if link or not known or folder != (name in _FOLDERS):
+            found.append(name + "/" if folder else name)
+        elif name == CHECKPOINTS_DIR:
+            found += [f"{name}/{p}" for p in checkpoints.foreign_files(path)]
+        elif name == LOGS_DIR:
+            found += [f"{name}/{p}" for p in _foreign_logs(path)]
+    return found
+
+
+_FOLDERS = (CHECKPOINTS_DIR, LOGS_DIR)
+
+
+def _foreign_logs(path):
+    # Keras' TensorBoard callback writes event files to train/ and validation/.
+    found = []
+    for name in sorted(os.listdir(path)):
+        folder = os.path.join(path, name)
+        if (
+            name not in ("train", "validation")
+            or os.path.islink(folder)
+            or not os.path.isdir(folder)
+        ):
+            found.append(name)
+            continue
+        for inner in sorted(os.listdir(folder)):
+            file = os.path.join(folder, inner)
+            if (
+                not inner.startswith("events.out.tfevents.")
+                or os.path.islink(file)
+                or not os.path.isfile(file)
+            ):
+                found.append(f"{name}/{inner}")
+    return found
+
+
 def clear_out(out):
-    for name in os.listdir(out):
+    """Delete a run's files from ``out``, ``run.json`` (the list of them) last."""
+    # prepare_out checked this, but the tokenizer may have trained for a
+    # while since: check again right before deleting.
+    foreign = not_ours(out, read_run(out))
+    if foreign:
+        raise UsageError(
+            f"--out {out} holds files this script did not write "
+            f"({', '.join(foreign[:5])}); refusing to clear it."
+        )
+    for name in sorted(os.listdir(out), key=lambda name: name == RUN_FILE):
         path = os.path.join(out, name)
         if os.path.isdir(path):
             shutil.rmtree(path)
@@ -343,9 +467,19 @@ def train(args):
 
 
 def _train(args, opened):
-    # Everything that can fail on bad input comes before the first write.
+    # Everything that can fail on bad input or settings comes before the
+    # first write, so that the corrected command starts from a clean --out.
     data = load_data(args)
     run = prepare_out(args)
+    out = args.out
+    resuming = run is not None
+    if resuming and run["status"] != "running":
+        log(
+            f"{out} holds a trained model without its report ({RESULTS_FILE}): "
+            "writing the report, no training"
+        )
+        trained = run.get("trained_seconds", 0.0)
+        return os.path.join(out, TRANSLATOR_FILE), data, trained
     replicas, scope = 1, None
     if args.data_parallel:
         try:
@@ -355,11 +489,6 @@ def _train(args, opened):
         opened.append(parallel)
         replicas, scope = parallel.num_replicas, parallel.scope()
         log(f"data parallel: {parallel.description}")
-    out = args.out
-    if args.overwrite and os.path.isdir(out):
-        clear_out(out)
-    os.makedirs(out, exist_ok=True)
-    resuming = run is not None
     keras.utils.set_random_seed(args.seed)
     if args.mixed_precision:
         keras.config.set_dtype_policy(args.mixed_precision)
@@ -368,17 +497,12 @@ def _train(args, opened):
     # §5.1), kept in --out so that a resumed run uses the very same ids.
     train_src, train_tgt = data["train"]
     tokenizer_path = os.path.join(out, TOKENIZER_FILE)
+    proto = None  # a new tokenizer, to be written once the settings are checked
     if resuming and os.path.exists(tokenizer_path):
         tokenizer = ktd.make_tokenizer(tokenizer_path)
     else:
         start = time.monotonic()
-        proto = ktd.train_tokenizer(
-            train_src + train_tgt,
-            args.vocab_size,
-            model_type=args.tokenizer,
-            seed=args.seed,
-        )
-        checkpoints.write_atomic(tokenizer_path, proto)
+        proto = _train_tokenizer(args, train_src + train_tgt)
         tokenizer = ktd.make_tokenizer(proto)
         log(
             f"tokenizer: {args.tokenizer}, {tokenizer.vocabulary_size()} pieces "
@@ -390,6 +514,15 @@ def _train(args, opened):
     tgt_ids = ktd.encode(tokenizer, train_tgt, add_end=False)
     lengths = [max(len(s), len(t) + 1) for s, t in zip(src_ids, tgt_ids, strict=True)]
     boundaries = args.bucket_lengths or boundaries_for(config.max_length, lengths)
+    if args.batch_tokens < boundaries[-1] * replicas:
+        raise UsageError(
+            _batch_tokens_error(
+                args.batch_tokens,
+                boundaries[-1],
+                replicas,
+                given=bool(args.bucket_lengths),
+            )
+        )
 
     dataset = ktd.BucketedDataset(
         src_ids,
@@ -419,6 +552,22 @@ def _train(args, opened):
         rows_multiple=replicas,
     )
 
+    # The first writes. run.json comes first: it lists each entry before the
+    # entry is created, for --overwrite to know what it may delete.
+    if args.overwrite and os.path.isdir(out):
+        clear_out(out)
+    os.makedirs(out, exist_ok=True)
+    run = {
+        "status": "running",
+        "settings": settings(args),
+        "backend": keras.backend.backend(),
+        "created": run.get("created", []) if resuming else [],
+    }
+    write_run(out, run)
+    if proto is not None:
+        will_create(out, run, TOKENIZER_FILE)
+        checkpoints.write_atomic(tokenizer_path, proto)
+
     with scope if scope is not None else contextlib.nullcontext():
         model = kt.build_model(
             config, src_vocab_size=tokenizer.vocabulary_size(), share_embeddings=True
@@ -437,22 +586,25 @@ def _train(args, opened):
         f"buckets {boundaries}"
     )
 
-    ckpt_dir = os.path.join(out, "checkpoints")
+    ckpt_dir = os.path.join(out, CHECKPOINTS_DIR)
     state = {"epoch": 0, "batch": 0, "iterations": 0, "elapsed_seconds": 0.0}
-    latest = checkpoints.list_checkpoints(ckpt_dir)
-    if resuming and latest:
-        state = checkpoints.load_checkpoint(model, latest[-1])
-        log(
-            f"resuming from {latest[-1]}: epoch {state['epoch'] + 1}, "
-            f"batch {state['batch']}, step {state['iterations']}, "
-            f"{state['elapsed_seconds']:.0f} s trained"
-        )
-    run = {
-        "status": "running",
-        "settings": settings(args),
-        "backend": keras.backend.backend(),
-    }
-    checkpoints.write_json_atomic(os.path.join(out, RUN_FILE), run)
+    if resuming:
+        # A damaged checkpoint is skipped (and left as it is); the newest one
+        # that loads is as good a place to resume as any.
+        latest, restored = checkpoints.load_latest(model, ckpt_dir, _skipping)
+        if latest is not None:
+            state = restored
+            log(
+                f"resuming from {latest}: epoch {state['epoch'] + 1}, "
+                f"batch {state['batch']}, step {state['iterations']}, "
+                f"{state['elapsed_seconds']:.0f} s trained"
+            )
+        elif checkpoints.list_checkpoints(ckpt_dir):
+            # Starting over would soon delete them; that is for the user to say.
+            raise UsageError(
+                f"no checkpoint in {ckpt_dir} loads (why is above); pass "
+                "--overwrite to train again from scratch."
+            )
 
     budget = TimeBudget(
         None if args.max_minutes is None else 60 * args.max_minutes,
@@ -466,9 +618,10 @@ def _train(args, opened):
         budget=budget,
     )
     callbacks = [budget, checkpointer, _Progress(args.epochs)]
-    tensorboard = _tensorboard(os.path.join(out, "logs"))
+    tensorboard = _tensorboard(os.path.join(out, LOGS_DIR))
     if tensorboard is not None:
         callbacks.append(tensorboard)
+    will_create(out, run, CHECKPOINTS_DIR, *([LOGS_DIR] if tensorboard else []))
     verbose = args.verbose
     if verbose == "auto":
         verbose = 1 if sys.stdout.isatty() else 2
@@ -494,18 +647,55 @@ def _train(args, opened):
     log(f"trained {trained:.0f} s ({reason}), {_steps(model)} steps")
 
     if args.average_last > 1:
-        paths = checkpoints.list_checkpoints(ckpt_dir)[-args.average_last :]
-        checkpoints.average_checkpoints(model, paths)
-        log(f"averaged the last {len(paths)} checkpoints")
+        # Up to this step: later ones (that did not load when resuming) are
+        # not of this training.
+        paths = checkpoints.list_checkpoints(ckpt_dir, up_to=_steps(model))
+        paths = paths[-args.average_last :]
+        skipped = []
+
+        def skip_one(error):
+            skipped.append(error)
+            _skipping(error)
+
+        try:
+            checkpoints.average_checkpoints(model, paths, on_skip=skip_one)
+        except checkpoints.CheckpointError as error:
+            raise UsageError(str(error)) from None
+        used = f"{len(paths) - len(skipped)} of " if skipped else ""
+        log(f"averaged {used}the last {len(paths)} checkpoints")
 
     translator = kt.Translator(tokenizer, model)
     path = os.path.join(out, TRANSLATOR_FILE)
+    will_create(out, run, TRANSLATOR_FILE)
     checkpoints.save_model_atomic(translator, path)
-    run["status"] = "finished"
+    run["status"] = "trained"
     run["trained_seconds"] = round(trained, 1)
-    checkpoints.write_json_atomic(os.path.join(out, RUN_FILE), run)
+    write_run(out, run)
     log(f"saved {path}")
     return path, data, trained
+
+
+def _train_tokenizer(args, texts):
+    try:
+        return ktd.train_tokenizer(
+            texts, args.vocab_size, model_type=args.tokenizer, seed=args.seed
+        )
+    except RuntimeError as error:  # SentencePiece's checks
+        message = " ".join(str(error).split())
+        needed = re.search(r"required_chars\. \d+ vs (\d+)", message)
+        if needed:
+            raise UsageError(
+                f"--vocab-size {args.vocab_size} is too small for this text: "
+                f"its characters and the reserved ids need {needed.group(1)}."
+            ) from None
+        raise UsageError(
+            f"--vocab-size {args.vocab_size}: SentencePiece cannot train a "
+            f"vocabulary of that size on this text ({message})"
+        ) from None
+
+
+def _skipping(error):
+    log(f"skipping checkpoint {error.path}: {error.reason}")
 
 
 def _position(path):
@@ -615,7 +805,13 @@ def report(path, data, trained, args):
     translations = translator.translate(examples, **search)
     for source, target in zip(examples, translations, strict=True):
         log(f"  {source}  ->  {target}")
+    # The run is finished only once its report is written: killed before,
+    # the same command writes the report (and only that).
+    run = read_run(args.out)
+    will_create(args.out, run, RESULTS_FILE)
     checkpoints.write_json_atomic(os.path.join(args.out, RESULTS_FILE), results)
+    run["status"] = "finished"
+    write_run(args.out, run)
     return results
 
 
@@ -623,17 +819,18 @@ def main(argv=None):
     args = parse_args(argv)
     try:
         path, data, trained = train(args)
+        return report(path, data, trained, args)
     except UsageError as error:
         print(f"python -m training.train: error: {error}", file=sys.stderr)
         raise SystemExit(2) from None
     except KeyboardInterrupt:
         print(
-            "\ninterrupted: run the same command again to resume from the last "
-            f"checkpoint in {os.path.join(args.out, 'checkpoints')}",
+            "\ninterrupted: run the same command again to continue (from the last "
+            f"checkpoint in {os.path.join(args.out, CHECKPOINTS_DIR)}, or with "
+            "the report)",
             file=sys.stderr,
         )
         raise SystemExit(130) from None
-    return report(path, data, trained, args)
 
 
 if __name__ == "__main__":
