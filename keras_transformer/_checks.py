@@ -146,7 +146,10 @@ def nan_unless_in_range(values, x, low, high):
 
 def check_integer(x, name):
     """Token ids must be integers: a float id is a bug, never silently rounded."""
-    dtype = keras.backend.standardize_dtype(x.dtype)
+    try:
+        dtype = keras.backend.standardize_dtype(x.dtype)
+    except ValueError:  # e.g. NumPy strings or objects: no Keras dtype at all
+        dtype = str(x.dtype)
     if "int" not in dtype:
         raise TypeError(
             f"{name} must hold integer token ids. Received dtype={dtype}. "

@@ -1,6 +1,7 @@
 """The encoder-decoder Transformer as a Keras functional model (paper §3, Figure 1)."""
 
 import dataclasses
+import numbers
 
 import keras
 import numpy as np
@@ -191,9 +192,17 @@ class Transformer(keras.Model):
         checks (and to ``compute_loss`` for the targets).
         """
         if isinstance(x, (list, tuple)):
+            received = f"a {type(x).__name__} of {len(x)} items"
+        elif x is None or isinstance(x, (str, bytes, numbers.Number)):
+            received = repr(x)[:40]
+        elif hasattr(x, "shape") and hasattr(x, "dtype"):
+            received = f"one array of shape {tuple(x.shape)}"
+        else:
+            received = None  # a dict, or a dataset / generator / PyDataset
+        if received is not None:
             raise ValueError(
-                f"The model takes a dict with keys {list(INPUT_NAMES)}, not a "
-                f"{type(x).__name__} of {len(x)} items. Pass "
+                f"The model takes a dict with keys {list(INPUT_NAMES)}. "
+                f"Received: {received}. Pass "
                 "{'encoder_inputs': source_ids, 'decoder_inputs': target_ids}."
             )
         if not isinstance(x, dict):
