@@ -294,9 +294,24 @@ class Transformer(keras.Model):
         poisoning under XLA); ``(y, None)`` if ``y`` is not one tensor."""
         if y is None or isinstance(y, (dict, list, tuple)):
             return y, None
-        _checks.check_integer(y, "targets")
         vocab_size = self._target_vocab_size()
         ids = y
+        if "float" in keras.backend.standardize_dtype(y.dtype):
+            # Keras itself may hand integer labels over as floats (it does
+            # under tf.distribute); host data was already held to an integer
+            # dtype (validate_inputs). What must not pass is a fractional id.
+            whole = ops.cast(ops.equal(y, ops.floor(y)), "int32")
+            y = _checks.check_range(
+                whole,
+                1,
+                2,
+                "targets must hold integer token ids; some have a fractional "
+                "part (or are NaN).",
+                output=y,
+            )
+            ids = ops.cast(ops.where(ops.equal(whole, 1), y, -1), "int32")
+        else:
+            _checks.check_integer(y, "targets")
         for pad in self._target_pad_ids():
             ids = ops.where(ops.equal(ids, pad), 0, ids)
         y = _checks.check_range(

@@ -357,8 +357,11 @@ def test_bad_streamed_targets_never_give_a_loss(trained, case):
     with pytest.raises(Exception) as info:
         model.evaluate(Batches([(x, make(y))]), verbose=0)
     if case == "float":
-        assert type(info.value) is TypeError
-    assert "integer token ids" in str(info.value) or "[0, 40)" in str(info.value)
+        # Refused by dtype on the host (JAX checks batches there), or for its
+        # fractional part inside the step (Keras may pass whole ids as floats).
+        assert "integer token ids" in str(info.value)
+    else:
+        assert "[0, 40)" in str(info.value)
     assert_intact(model, before, x, expected)
 
 
