@@ -175,7 +175,8 @@ class Transformer(keras.Model):
 
     def _target_pad_ids(self):
         """Target ids that the compiled loss skips: allowed outside the vocabulary."""
-        losses = self.loss if isinstance(self.loss, (list, tuple)) else [self.loss]
+        loss = getattr(self, "loss", None)
+        losses = loss if isinstance(loss, (list, tuple)) else [loss]
         pads = set()
         for loss in losses:
             for attribute in ("pad_id", "ignore_class"):
