@@ -288,6 +288,8 @@ def main(argv=None):
             fail(f"{args.checkpoint}: not a checkpoint folder (no {weights})")
         try:
             checkpoints.load_checkpoint(translator.transformer, args.checkpoint)
+        except checkpoints.CheckpointError as error:
+            fail(str(error))  # damaged: names the folder and what is wrong
         except ValueError as error:
             fail(f"{args.checkpoint}: does not fit {args.model}: {error}")
 
