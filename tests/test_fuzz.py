@@ -15,17 +15,16 @@ backend); ``docs/reliability.md`` reports larger runs.
 """
 
 import os
+import warnings
 
 import keras
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-hypothesis = pytest.importorskip("hypothesis")
-from hypothesis import HealthCheck, given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
-
-import keras_transformer as kt  # noqa: E402
-from keras_transformer.data import tokenizer as tk  # noqa: E402
+import keras_transformer as kt
+from keras_transformer.data import tokenizer as tk
 
 BACKEND = keras.backend.backend()
 VOCAB = 12
@@ -117,7 +116,10 @@ def batches(draw, with_targets=False):
     """``(x, y)``: a valid batch with up to two faults applied."""
     rng = np.random.default_rng(draw(st.integers(0, 2**16)))
     rows = draw(st.integers(1, 3))
-    src_len, tgt_len = draw(st.integers(1, MAX_LENGTH)), draw(st.integers(1, MAX_LENGTH))
+    src_len, tgt_len = (
+        draw(st.integers(1, MAX_LENGTH)),
+        draw(st.integers(1, MAX_LENGTH)),
+    )
     arrays = {
         "encoder_inputs": rng.integers(0, VOCAB, (rows, src_len)).astype("int32"),
         "decoder_inputs": rng.integers(0, VOCAB, (rows, tgt_len)).astype("int32"),
@@ -306,8 +308,6 @@ def test_fuzz_translate(translator, texts, beam_size, length_penalty):
     valid_texts = isinstance(texts, list) and all(
         isinstance(t, str) and utf8(t) for t in texts
     )
-    import warnings
-
     with warnings.catch_warnings():
         # Unknown characters and over-long sources are translated, with a
         # UserWarning; that is the documented behaviour, not a fault.
