@@ -192,68 +192,13 @@ class Transformer(keras.Model):
         tensors. Symbolic and traced values are left to the layers' own
         checks (and to ``compute_loss`` for the targets).
         """
-        if isinstance(x, (list, tuple)):
-            received = f"a {type(x).__name__} of {len(x)} items"
-        elif x is None or isinstance(x, (str, bytes, numbers.Number)):
-            received = repr(x)[:40]
-        elif hasattr(x, "shape") and hasattr(x, "dtype"):
-            received = f"one array of shape {tuple(x.shape)}"
-        else:
-            received = None  # a dict, or a dataset / generator / PyDataset
-        if received is not None:
-            raise ValueError(
-                f"The model takes a dict with keys {list(INPUT_NAMES)}. "
-                f"Received: {received}. Pass "
-                "{'encoder_inputs': source_ids, 'decoder_inputs': target_ids}."
-            )
+        _check_container(x)
         if not isinstance(x, dict):
+            return  # a dataset, generator or PyDataset: checked per batch
+        arrays = _host_arrays(x, y)
+        if arrays is None:
             return
-        missing = [name for name in INPUT_NAMES if name not in x]
-        if missing:
-            raise ValueError(
-                f"Missing model inputs {missing}. Expected a dict with keys "
-                f"{list(INPUT_NAMES)}. Received keys: {sorted(x)}"
-            )
-        arrays = {}
-        for name in INPUT_NAMES:
-            value = x[name]
-            if isinstance(value, (list, tuple)):
-                value = _as_array(value, name)
-            if not hasattr(value, "shape") or not hasattr(value, "dtype"):
-                continue
-            if isinstance(value, keras.KerasTensor) or _is_traced(value):
-                return
-            arrays[name] = value
-        if isinstance(y, (list, tuple)):
-            y = _as_array(y, "targets")
-        if y is not None and hasattr(y, "shape") and hasattr(y, "dtype"):
-            if isinstance(y, keras.KerasTensor) or _is_traced(y):
-                y = None
-            else:
-                arrays["targets"] = y
-        for name, value in arrays.items():
-            _checks.check_integer(value, name)
-            if len(value.shape) != 2:
-                raise ValueError(
-                    f"{name} must have shape (batch, length). "
-                    f"Received: {name}.shape={tuple(value.shape)}"
-                )
-        rows = {name: int(value.shape[0]) for name, value in arrays.items()}
-        if len(set(rows.values())) > 1:
-            raise ValueError(
-                "All inputs (and targets) must have the same number of rows "
-                f"(batch size). Received: {rows}"
-            )
-        if 0 in rows.values():
-            raise ValueError(
-                f"The batch has no rows: there is nothing to run. Received: {rows}"
-            )
-        for name, value in arrays.items():
-            if int(value.shape[1]) == 0:
-                raise ValueError(
-                    f"{name} must hold at least one token per sequence. "
-                    f"Received: {name}.shape={tuple(value.shape)}"
-                )
+        _check_shapes(arrays)
         limits = dict(self._limits())
         limits["targets"] = (self._target_vocab_size(), None)
         for name, (vocab_size, max_length) in limits.items():
@@ -440,6 +385,79 @@ class Transformer(keras.Model):
         if keras.backend.backend() == "jax":
             step_function = _fault_safe.checked_step(self, step_function)
         return super()._make_function(step_function, *args, **kwargs)
+
+
+def _check_container(x):
+    """Refuse what cannot be the input dict, and a dict short of a key."""
+    if isinstance(x, (list, tuple)):
+        received = f"a {type(x).__name__} of {len(x)} items"
+    elif x is None or isinstance(x, (str, bytes, numbers.Number)):
+        received = repr(x)[:40]
+    elif hasattr(x, "shape") and hasattr(x, "dtype"):
+        received = f"one array of shape {tuple(x.shape)}"
+    else:
+        received = None  # a dict, or a dataset / generator / PyDataset
+    if received is not None:
+        raise ValueError(
+            f"The model takes a dict with keys {list(INPUT_NAMES)}. "
+            f"Received: {received}. Pass "
+            "{'encoder_inputs': source_ids, 'decoder_inputs': target_ids}."
+        )
+    if isinstance(x, dict):
+        missing = [name for name in INPUT_NAMES if name not in x]
+        if missing:
+            raise ValueError(
+                f"Missing model inputs {missing}. Expected a dict with keys "
+                f"{list(INPUT_NAMES)}. Received keys: {sorted(x)}"
+            )
+
+
+def _host_arrays(x, y):
+    """{name: array} of the inputs (and targets) known on the host; None if
+    an input is symbolic or traced (then the layers check it)."""
+    arrays = {}
+    for name in INPUT_NAMES:
+        value = x[name]
+        if isinstance(value, (list, tuple)):
+            value = _as_array(value, name)
+        if not hasattr(value, "shape") or not hasattr(value, "dtype"):
+            continue
+        if isinstance(value, keras.KerasTensor) or _is_traced(value):
+            return None
+        arrays[name] = value
+    if isinstance(y, (list, tuple)):
+        y = _as_array(y, "targets")
+    if y is not None and hasattr(y, "shape") and hasattr(y, "dtype"):
+        if not (isinstance(y, keras.KerasTensor) or _is_traced(y)):
+            arrays["targets"] = y
+    return arrays
+
+
+def _check_shapes(arrays):
+    """Integer ids of shape (batch, length), the same rows, none empty."""
+    for name, value in arrays.items():
+        _checks.check_integer(value, name)
+        if len(value.shape) != 2:
+            raise ValueError(
+                f"{name} must have shape (batch, length). "
+                f"Received: {name}.shape={tuple(value.shape)}"
+            )
+    rows = {name: int(value.shape[0]) for name, value in arrays.items()}
+    if len(set(rows.values())) > 1:
+        raise ValueError(
+            "All inputs (and targets) must have the same number of rows "
+            f"(batch size). Received: {rows}"
+        )
+    if 0 in rows.values():
+        raise ValueError(
+            f"The batch has no rows: there is nothing to run. Received: {rows}"
+        )
+    for name, value in arrays.items():
+        if int(value.shape[1]) == 0:
+            raise ValueError(
+                f"{name} must hold at least one token per sequence. "
+                f"Received: {name}.shape={tuple(value.shape)}"
+            )
 
 
 def _as_array(value, name):

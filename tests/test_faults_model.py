@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import keras_transformer as kt
+from tests.test_model import _Batches as Batches  # batches through compiled steps
 
 BACKEND = keras.backend.backend()
 VOCAB = 40
@@ -65,20 +66,6 @@ def assert_same(before, after):
     assert len(before) == len(after)
     for a, b in zip(before, after, strict=True):
         np.testing.assert_array_equal(a, b)
-
-
-class Batches(keras.utils.PyDataset):
-    """Batches streamed one by one, so that each goes through a compiled step."""
-
-    def __init__(self, batches):
-        super().__init__()
-        self.batches = batches
-
-    def __len__(self):
-        return len(self.batches)
-
-    def __getitem__(self, index):
-        return self.batches[index]
 
 
 class Recorder(keras.callbacks.Callback):
