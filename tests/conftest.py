@@ -1,5 +1,21 @@
-"""Shared fixtures. The suite runs once per backend (KERAS_BACKEND)."""
+"""Shared fixtures and the suite's two markers.
 
+The suite runs once per backend (KERAS_BACKEND). Two markers shape a run:
+
+* ``once``: the test's outcome cannot depend on the backend (corpus reading,
+  the number task, argument checking, notebooks' files), or it is a
+  whole-program test that one backend covers for all (``kill -9`` and
+  resume). When ``tests/run_all.sh`` runs the suite it sets
+  ``KT_SUITE_BACKENDS`` to the backends of that run, and such a test is
+  collected in one backend's run only: the backend named in the marker
+  (``@pytest.mark.once("jax")``) if it is in the run, else ``torch`` (the
+  lightest run), else the first backend of the run. Plain ``pytest``, without
+  ``KT_SUITE_BACKENDS``, runs every test.
+* ``slow``: left out of the quick loop (``tests/run_all.sh --quick``, which is
+  ``-m "not slow"``).
+"""
+
+import gc
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -8,19 +24,74 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
+BACKEND = keras.backend.backend()
+ONCE_DEFAULT = "torch"
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers",
+        "once(backend=None): run in one backend's run of tests/run_all.sh only",
+    )
+
+
+def _suite_backends():
+    return os.environ.get("KT_SUITE_BACKENDS", "").replace(",", " ").split()
+
+
+def once_home(marker, suite):
+    """The backend whose run collects a test marked ``once``."""
+    for backend in (*marker.args, ONCE_DEFAULT):
+        if backend in suite:
+            return backend
+    return suite[0]
+
+
+def pytest_collection_modifyitems(config, items):
+    suite = _suite_backends()
+    if not suite:
+        return
+    keep, elsewhere = [], []
+    for item in items:
+        marker = item.get_closest_marker("once")
+        if marker is None or once_home(marker, suite) == BACKEND:
+            keep.append(item)
+        else:
+            elsewhere.append(item)
+    if elsewhere:
+        config.hook.pytest_deselected(items=elsewhere)
+        items[:] = keep
+
 
 def pytest_report_header(config):
-    return f"keras {keras.__version__}, backend {keras.backend.backend()}"
+    suite = _suite_backends()
+    where = (
+        f"; tests marked `once` run in one of: {' '.join(suite)}"
+        if suite
+        else "; all tests (KT_SUITE_BACKENDS unset)"
+    )
+    return f"keras {keras.__version__}, backend {BACKEND}{where}"
 
 
 @pytest.fixture(autouse=True)
 def _fresh_keras_state():
-    """Each test starts from float32 and a fixed seed, and leaves them so."""
+    """Each test starts from float32 and a fixed seed, and leaves them so.
+
+    ``clear_session(free_memory=False)``: the default also runs a full garbage
+    collection, which took about a third of the suite's time (about 1 s per
+    test on TensorFlow and JAX); ``_collect_garbage`` does it once per module.
+    """
     keras.config.set_dtype_policy("float32")
     keras.utils.set_random_seed(1234)
     yield
     keras.config.set_dtype_policy("float32")
-    keras.utils.clear_session()
+    keras.utils.clear_session(free_memory=False)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _collect_garbage():
+    yield
+    gc.collect()
 
 
 @pytest.fixture

@@ -1,15 +1,24 @@
 #!/usr/bin/env bash
-# The one test command:  bash tests/run_all.sh [extra pytest args...]
+# The one test command:  bash tests/run_all.sh [--quick] [extra pytest args...]
 #
 # 1. creates a fresh virtual environment ($VENV, default <repo>/.venv-test),
 # 2. installs the package with its test extras, pinned by constraints.txt:
 #        pip install -c constraints.txt -e ".[test]"
-# 3. runs the whole test suite once per Keras backend ($BACKENDS, default
-#    "tensorflow jax torch"), passing any arguments through to pytest.
+# 3. runs the test suite once per Keras backend ($BACKENDS, default
+#    "tensorflow jax torch"), the backends side by side (each is mostly
+#    single-threaded Python; on 2 cores side by side takes about half the
+#    time of one after the other), passing any arguments through to pytest,
+# 4. prints each backend's output, its 15 slowest tests, one PASS/FAIL line per
+#    backend, and the line and branch coverage of keras_transformer/ and
+#    training/ over all backends together.
 #
-# Every backend is run even if an earlier one fails; the script exits non-zero
-# if any backend failed (pytest's exit code 5, "no tests collected", counts as
-# a failure).
+# Tests marked `once` (backend-free code, whole-program tests) run in one
+# backend's run only: see tests/conftest.py. `--quick` is the development
+# loop: `-m "not slow"`, no coverage.
+#
+# Every backend is run even if one fails; the script exits non-zero if any
+# backend failed (pytest's exit code 5, "no tests collected", counts as a
+# failure).
 #
 # Environment variables:
 #   VENV=path          virtual environment to use (default: <repo>/.venv-test)
@@ -17,9 +26,11 @@
 #   REUSE_VENV=1       keep an existing $VENV instead of recreating it
 #                      (pip install still runs; it is quick when nothing changed)
 #   PYTHON=python3.11  interpreter used to create the venv (default: python3)
-#   XLA_FLAGS          default --xla_force_host_platform_device_count=4
-#                      (4 virtual CPU devices for JAX), only if not already set
-#   KT_NOTEBOOK_BACKENDS=tensorflow   backends whose run executes the notebooks
+#   PARALLEL=0         run the backends one after the other, output live
+#   COVERAGE=0         no coverage measurement (default: on, except --quick)
+#   XLA_FLAGS          default --xla_force_host_platform_device_count=4 (4
+#                      virtual CPU devices for JAX) and XLA's cheapest code
+#                      generation, only if not already set
 set -euo pipefail
 
 script_dir="$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd)"
@@ -30,16 +41,34 @@ VENV="${VENV:-$repo_root/.venv-test}"
 BACKENDS="${BACKENDS:-tensorflow jax torch}"
 PYTHON="${PYTHON:-python3}"
 REUSE_VENV="${REUSE_VENV:-0}"
+PARALLEL="${PARALLEL:-1}"
+COVERAGE="${COVERAGE:-1}"
+
+declare -a pytest_args=()
+quick=0
+for arg in "$@"; do
+    if [[ "$arg" == "--quick" ]]; then
+        quick=1
+    else
+        pytest_args+=("$arg")
+    fi
+done
+if [[ $quick -eq 1 ]]; then
+    pytest_args=(-m "not slow" "${pytest_args[@]}")
+    COVERAGE=0
+fi
 
 if [[ -z "${XLA_FLAGS+x}" ]]; then
-    export XLA_FLAGS="--xla_force_host_platform_device_count=4"
+    # 4 virtual CPU devices for JAX's data-parallel tests; XLA's cheapest code
+    # generation, since the suite's tiny programs spend longer compiling than
+    # running (about 15 % of the JAX run's time).
+    export XLA_FLAGS="--xla_force_host_platform_device_count=4 --xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
 fi
 export TF_CPP_MIN_LOG_LEVEL=2
 export MPLBACKEND="${MPLBACKEND:-Agg}"
-# Execute the notebooks in one backend's run only (the fastest for them),
-# for the suite's time budget; tests/test_notebooks.py explains.
-export KT_NOTEBOOK_BACKENDS="${KT_NOTEBOOK_BACKENDS:-tensorflow}"
 export PIP_DISABLE_PIP_VERSION_CHECK=1
+# Which backends this run covers: tests marked `once` run in one of them only.
+export KT_SUITE_BACKENDS="$BACKENDS"
 
 fmt_duration() {
     local s=$1
@@ -79,35 +108,99 @@ EOF
 echo "==> install took $(fmt_duration $((SECONDS - install_start)))"
 
 # --- 3. tests, once per backend -----------------------------------------------
-declare -a summary=()
-failed=0
-for backend in $BACKENDS; do
-    echo
-    echo "==================== KERAS_BACKEND=$backend ===================="
-    start=$SECONDS
-    rc=0
-    # --durations: the slowest tests, to see where the suite's time goes.
-    KERAS_BACKEND="$backend" "$py" -m pytest --durations=15 "$@" || rc=$?
-    took=$(fmt_duration $((SECONDS - start)))
-    if [[ $rc -eq 0 ]]; then
-        summary+=("PASS  $backend  ($took)")
-    else
-        failed=1
-        if [[ $rc -eq 5 ]]; then
-            summary+=("FAIL  $backend  ($took, pytest exit 5: no tests collected)")
-        else
-            summary+=("FAIL  $backend  ($took, pytest exit $rc)")
-        fi
-    fi
-done
+logs="$(mktemp -d)"
+trap 'rm -rf "$logs"' EXIT
+rm -f "$repo_root"/.coverage "$repo_root"/.coverage.*
 
+# run_backend BACKEND: pytest on one backend; its exit code and duration go to
+# $logs/BACKEND.rc and $logs/BACKEND.took.
+run_backend() {
+    local backend=$1 start=$SECONDS rc=0
+    local -a cov=()
+    if [[ "$COVERAGE" == "1" ]]; then
+        cov=(--cov=keras_transformer --cov=training --cov-branch --cov-report=)
+    fi
+    # --durations: the slowest tests, to see where the suite's time goes.
+    COVERAGE_FILE="$repo_root/.coverage.$backend" KERAS_BACKEND="$backend" \
+        "$py" -m pytest --durations=15 "${cov[@]}" "${pytest_args[@]}" || rc=$?
+    echo "$rc" >"$logs/$backend.rc"
+    echo "$((SECONDS - start))" >"$logs/$backend.took"
+}
+
+tests_start=$SECONDS
+if [[ "$PARALLEL" == "1" ]]; then
+    # One OpenMP thread per process (PyTorch's CPU kernels): the runs side by
+    # side already keep the cores busy, and OpenMP threads spinning for work
+    # slowed PyTorch's run down several times over. (One TensorFlow thread
+    # made TensorFlow slower.) A setting already in the environment wins.
+    export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
+    echo
+    echo "==> running the backends side by side: $BACKENDS (output follows each)"
+    declare -A pids=()
+    for backend in $BACKENDS; do
+        run_backend "$backend" >"$logs/$backend.log" 2>&1 &
+        pids[$backend]=$!
+    done
+    for backend in $BACKENDS; do
+        wait "${pids[$backend]}" || true
+        echo
+        echo "==================== KERAS_BACKEND=$backend ===================="
+        cat "$logs/$backend.log"
+    done
+else
+    for backend in $BACKENDS; do
+        echo
+        echo "==================== KERAS_BACKEND=$backend ===================="
+        run_backend "$backend"
+    done
+fi
+tests_took=$((SECONDS - tests_start))
+
+# --- 4. summary and coverage ---------------------------------------------------
 echo
 echo "==================== summary ===================="
-if [[ ${#summary[@]} -eq 0 ]]; then
+if [[ -z "${BACKENDS// /}" ]]; then
     echo "no backends selected (BACKENDS='$BACKENDS')"
     exit 1
 fi
-for line in "${summary[@]}"; do
-    echo "$line"
+failed=0
+for backend in $BACKENDS; do
+    rc=$(cat "$logs/$backend.rc" 2>/dev/null || echo 99)
+    took=$(fmt_duration "$(cat "$logs/$backend.took" 2>/dev/null || echo 0)")
+    if [[ $rc -eq 0 ]]; then
+        echo "PASS  $backend  ($took)"
+    else
+        failed=1
+        if [[ $rc -eq 5 ]]; then
+            echo "FAIL  $backend  ($took, pytest exit 5: no tests collected)"
+        else
+            echo "FAIL  $backend  ($took, pytest exit $rc)"
+        fi
+    fi
 done
+echo "tests took $(fmt_duration $tests_took) in all (install: see above)"
+
+if [[ "$COVERAGE" == "1" ]]; then
+    echo
+    echo "==================== coverage (all backends combined) ===================="
+    if ls "$repo_root"/.coverage.* >/dev/null 2>&1; then
+        "$py" -m coverage combine --quiet "$repo_root"/.coverage.*
+        "$py" -m coverage report --skip-covered --sort=cover || true
+        "$py" -m coverage json --quiet -o "$logs/coverage.json"
+        "$py" - "$logs/coverage.json" <<'EOF'
+import json, sys
+
+t = json.load(open(sys.argv[1]))["totals"]
+lines = t["covered_lines"], t["num_statements"]
+branches = t["covered_branches"], t["num_branches"]
+print(
+    f"combined coverage of keras_transformer/ and training/: "
+    f"lines {lines[0]}/{lines[1]} = {100 * lines[0] / lines[1]:.1f} %, "
+    f"branches {branches[0]}/{branches[1]} = {100 * branches[0] / branches[1]:.1f} %"
+)
+EOF
+    else
+        echo "no coverage data"
+    fi
+fi
 exit "$failed"
