@@ -25,6 +25,7 @@ def _random_mask(rng, shape, p=0.7):
 # --------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("return_scores", [False, True], ids=["fused", "explicit"])
 @pytest.mark.parametrize(
     "batch_shape", [(), (3,), (2, 3)], ids=["rank2", "rank3", "rank4"]
@@ -127,6 +128,7 @@ def test_sdpa_uses_the_fused_op_only_without_weights_or_dropout(rng, monkeypatch
     assert len(calls) == 2
 
 
+@pytest.mark.slow
 def test_sdpa_attention_dropout(rng):
     q = rng.normal(size=(2, 6, 8)).astype("float32")
     layer = kt.ScaledDotProductAttention(dropout=0.5)
@@ -189,6 +191,7 @@ def _padding(rng, batch, length):
     return np.arange(length)[None, :] < lengths[:, None]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("return_scores", [False, True])
 def test_mha_matches_numpy(rng, causal, return_scores):
@@ -216,6 +219,7 @@ def test_mha_matches_numpy(rng, causal, return_scores):
         np.testing.assert_allclose(_np(result[1]), expected_w, atol=2e-6)
 
 
+@pytest.mark.slow
 def test_mha_matches_keras_multi_head_attention(rng):
     batch, t, s, d_model, heads = 2, 6, 7, 32, 4
     d_k = d_model // heads
@@ -265,6 +269,7 @@ def test_mha_matches_keras_multi_head_attention(rng):
         )
 
 
+@pytest.mark.slow
 def test_mha_implicit_keras_masks_equal_explicit_masks(rng):
     vocab, d_model = 20, 16
     ids_q = np.array([[3, 4, 5, 0, 0], [6, 7, 0, 0, 0]], "int32")
@@ -291,6 +296,7 @@ def test_mha_implicit_keras_masks_equal_explicit_masks(rng):
     assert not np.allclose(got[0, :3], unmasked[0, :3], atol=1e-4)
 
 
+@pytest.mark.slow
 def test_mha_output_keeps_the_query_mask():
     ids = np.array([[3, 4, 0]], "int32")
     inputs = keras.Input((None,), dtype="int32")
@@ -330,6 +336,7 @@ def test_mha_head_count_must_divide_d_model():
         kt.MultiHeadAttention(num_heads=0, d_model=512)
 
 
+@pytest.mark.slow
 def test_mha_layer_checks(rng, tmp_path):
     query = rng.normal(size=(2, 4, 8)).astype("float32")
     value = rng.normal(size=(2, 5, 8)).astype("float32")

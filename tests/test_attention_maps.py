@@ -53,6 +53,7 @@ def pieces(tokenizer, ids):
 # -- attention_maps ------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_shapes_and_tokens(translator, maps):
     tokenizer = translator.tokenizer
     src = tk.encode(tokenizer, [SOURCE])[0]
@@ -101,6 +102,7 @@ def test_rows_are_distributions_and_decoder_is_causal(maps):
     assert not np.allclose(cross[:, 0], cross[:, 1], atol=1e-3)
 
 
+@pytest.mark.slow
 def test_default_target_is_the_greedy_translation(translator):
     tokenizer = translator.tokenizer
     # Greedy search, not the default beam search.
@@ -112,6 +114,7 @@ def test_default_target_is_the_greedy_translation(translator):
     assert maps.cross_attention.shape[2] == len(body) + 1
 
 
+@pytest.mark.slow
 def test_default_target_stops_at_end_and_fits_the_decoder(translator, monkeypatch):
     tokenizer = translator.tokenizer
     calls = []
@@ -136,6 +139,7 @@ def test_default_target_stops_at_end_and_fits_the_decoder(translator, monkeypatc
     assert maps.decoder_self_attention.shape[-1] == 16
 
 
+@pytest.mark.slow
 def test_long_source_is_truncated_with_one_warning(translator, monkeypatch):
     long_source = "seven hundred seventy-seven thousand seven hundred seventy-seven"
     full = tk.encode(translator.tokenizer, [long_source])[0]
@@ -158,6 +162,7 @@ def test_long_source_is_truncated_with_one_warning(translator, monkeypatch):
     assert maps.cross_attention.shape[-1] == 16
 
 
+@pytest.mark.once
 def test_bad_inputs(translator):
     long_target = "seven hundred seventy-seven thousand seven hundred seventy-seven"
     assert len(tk.encode(translator.tokenizer, [long_target])[0]) > 16
@@ -270,6 +275,7 @@ def synthetic_maps(rng, layers=2, heads=3, S=5, T=4):
     )
 
 
+@pytest.mark.once
 def test_plot_attention(rng):
     import matplotlib
 
@@ -303,6 +309,7 @@ def test_plot_attention(rng):
             plot_attention(bad, rows, columns)
 
 
+@pytest.mark.once
 def test_plot_attention_maps(rng):
     maps = synthetic_maps(rng)
     ax = plot_attention_maps(maps)  # cross, last layer, mean of the heads
@@ -342,6 +349,8 @@ def test_plot_attention_maps(rng):
 # -- the command -------------------------------------------------------------------
 
 
+@pytest.mark.slow
+@pytest.mark.once
 def test_command_writes_a_png(translator, tmp_path, capsys):
     model = os.path.join(tmp_path, "translator.keras")
     translator.save(model)
@@ -365,6 +374,7 @@ def test_command_writes_a_png(translator, tmp_path, capsys):
     assert "max_length=16" in capsys.readouterr().err
 
 
+@pytest.mark.once
 def test_command_missing_model(tmp_path, capsys):
     missing = os.path.join(tmp_path, "nothing.keras")
     out = os.path.join(tmp_path, "x.png")

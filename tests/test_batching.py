@@ -65,6 +65,7 @@ def as_counter(src, tgt, skip=()):
     )
 
 
+@pytest.mark.once
 def test_bucket_boundaries():
     # 8, then x1.25 rounded up to a multiple of 8: 10->16, 20->24, 30->32,
     # 40, 50->56, 70->72, 90->96, 120, (150 > 128) -> 128 closes the list.
@@ -79,6 +80,7 @@ def test_bucket_boundaries():
         bucket_boundaries(128.0)
 
 
+@pytest.mark.once
 def test_layout_of_one_example():
     (inputs, labels), *rest = make_batches([[5, 6, END]], [[7, 8, 9]], 8, [8])[0]
     assert rest == []
@@ -93,6 +95,7 @@ def test_layout_of_one_example():
     np.testing.assert_array_equal(labels, [[2, 0, 0, 0]])
 
 
+@pytest.mark.once
 def test_every_example_once_in_budgeted_buckets():
     src, tgt = skewed_corpus()
     boundaries = [8, 16, 24, 40, 64]
@@ -116,6 +119,7 @@ def test_every_example_once_in_budgeted_buckets():
                 assert lower < size <= length
 
 
+@pytest.mark.once
 def test_too_long_examples_are_dropped_or_raise():
     # Lengths max(len(src), len(tgt) + 1): 8, 9, 9, 3 against a largest
     # boundary of 8: examples 1 (source) and 2 (target + START) are too long.
@@ -129,6 +133,7 @@ def test_too_long_examples_are_dropped_or_raise():
         make_batches(src, tgt, 16, [4, 8], drop_longer=False)
 
 
+@pytest.mark.once
 def test_orders_are_seeded():
     src, tgt = skewed_corpus()
     boundaries = [8, 16, 24, 40, 64]
@@ -166,6 +171,7 @@ def test_orders_are_seeded():
     assert [row[row != 0].tolist() for row in inputs["encoder_inputs"]] == expected
 
 
+@pytest.mark.once
 def test_first_two_batches_cover_both_extremes():
     # Keras' TensorFlow backend takes the input signature from batches 0 and
     # 1; they must differ in rows and in length.
@@ -176,6 +182,7 @@ def test_first_two_batches_cover_both_extremes():
         assert lengths == [(128 // 8, 8), (128 // 64, 64)]
 
 
+@pytest.mark.once
 def test_padding_fraction():
     inputs = {
         "encoder_inputs": np.array([[5, 0], [5, 6]]),
@@ -207,6 +214,7 @@ def test_padding_fraction():
     assert expected < naive / 2
 
 
+@pytest.mark.once
 def test_bad_ids_and_budgets():
     with pytest.raises(ValueError, match="0 is padding"):
         make_batches([[5, 0, 6]], [[7]], 8, [8])
@@ -220,6 +228,7 @@ def test_bad_ids_and_budgets():
         make_batches([[5]], [[7]], 16, [16, 8])
 
 
+@pytest.mark.once
 def test_rows_multiple_for_data_parallel_replicas():
     src, tgt = skewed_corpus()
     boundaries = [8, 16, 24, 40, 64]
@@ -238,6 +247,7 @@ def test_rows_multiple_for_data_parallel_replicas():
     assert unpad(dataset) == as_counter(src, tgt)
 
 
+@pytest.mark.once
 def test_rows_multiple_default_is_plain_budget():
     src, tgt = skewed_corpus()
     boundaries = [8, 16, 24, 40, 64]
@@ -251,6 +261,7 @@ def test_rows_multiple_default_is_plain_budget():
             np.testing.assert_array_equal(a[name], b[name])
 
 
+@pytest.mark.once
 def test_rows_multiple_too_large_or_malformed():
     # 64 // 24 = 2 rows at the largest bucket: not enough for 4 replicas,
     # even though no example here reaches that bucket.
@@ -282,6 +293,7 @@ class RecordingDataset(BucketedDataset):
         return inputs, labels
 
 
+@pytest.mark.slow
 def test_model_fit_on_buckets():
     src, tgt = skewed_corpus(n=60, seed=1)
     boundaries = [8, 16, 24]

@@ -50,6 +50,7 @@ def _positive_finite(x):
 # ---------------------------------------------------------------------------
 # 1. The batches
 # ---------------------------------------------------------------------------
+@pytest.mark.once
 def test_make_batches_shapes_padding_and_shifted_labels():
     s = dataclasses.replace(
         TINY, source_length=12, target_length=10, batch_size=5, steps=30, warmup=2
@@ -98,6 +99,7 @@ def test_make_batches_shapes_padding_and_shifted_labels():
     assert (label_ids == benchmark.END_ID).sum() == rows
 
 
+@pytest.mark.once
 def test_make_batches_is_deterministic_per_seed():
     first = benchmark.make_batches(TINY)
     again = benchmark.make_batches(TINY)
@@ -135,6 +137,7 @@ def _forward_matmuls(s, batch):
     return products
 
 
+@pytest.mark.once
 @pytest.mark.parametrize("num_layers", [1, 2])
 def test_training_flops_equal_the_sum_over_every_matrix_product(num_layers):
     # Every dimension different, so that a swapped S/T, d/d_ff or a missing
@@ -185,6 +188,7 @@ def _check_common_result(r, variant, s):
     json.dumps(r)  # goes through a pipe as JSON in run_isolated
 
 
+@pytest.mark.slow
 def test_measure_ours_trains_and_decodes():
     r = benchmark.measure(TINY, "ours", decode=True)
     _check_common_result(r, "ours", TINY)
@@ -199,6 +203,8 @@ def _count_layers(model, cls):
     return sum(isinstance(layer, cls) for layer in model.layers)
 
 
+@pytest.mark.slow
+@pytest.mark.once
 @KERAS_HUB_MASK_WARNINGS
 def test_measure_keras_hub_same_layers_as_ours():
     import keras_hub
@@ -297,6 +303,7 @@ def _ratio(cell):
     return float(cell[:-1])
 
 
+@pytest.mark.once
 def test_table_ratios_and_mfu():
     results = [
         _result("torch", "ours", 1000.0, tflops=49.45),
@@ -328,6 +335,7 @@ def test_table_ratios_and_mfu():
     assert with_mfu[1]["MFU"] == "10.0 %"  # 99 / 989
 
 
+@pytest.mark.once
 def test_targets_state_both_bars():
     results = [
         _result("jax", "ours", 1300.0),
@@ -347,12 +355,14 @@ def test_targets_state_both_bars():
     assert "ours / keras_hub = 1.30x" in benchmark.table(results)
 
 
+@pytest.mark.once
 def test_table_without_native_torch_or_ours():
     rows = _parse_table(benchmark.table([_result("jax", "keras_hub", 300.0)]))
     assert rows[0]["ours / this"] == "nanx"
     assert rows[0]["this / torch nn.Transformer"] == "nanx"
 
 
+@pytest.mark.once
 def test_table_lists_decoding_speeds():
     r = _result("jax", "ours")
     r["decoding_tokens_per_second"] = {"greedy": 12345.6, "beam 4": 2345.4}
@@ -367,10 +377,12 @@ def _setting(argv):
     return benchmark.setting_from_args(benchmark.parse_args(argv))
 
 
+@pytest.mark.once
 def test_default_setting_is_the_cpu_setting():
     assert _setting([]) == benchmark.CPU_SETTING
 
 
+@pytest.mark.once
 def test_gpu_flag_selects_base_model_at_25k_tokens_in_bfloat16():
     s = _setting(["--gpu"])
     assert s == benchmark.GPU_SETTING
@@ -389,6 +401,7 @@ def test_gpu_flag_selects_base_model_at_25k_tokens_in_bfloat16():
     assert 24_000 <= tokens_per_batch <= 26_000
 
 
+@pytest.mark.once
 def test_config_and_step_arguments_override_the_setting():
     tiny = kt.get_config("tiny")
     size = (tiny.num_layers, tiny.d_model, tiny.num_heads, tiny.d_ff)
@@ -412,11 +425,13 @@ def test_config_and_step_arguments_override_the_setting():
         _setting(["--config", "huge"])
 
 
+@pytest.mark.once
 def test_setting_json_round_trip():
     argv = ["--setting-json", json.dumps(dataclasses.asdict(TINY))]
     assert _setting(argv) == TINY
 
 
+@pytest.mark.once
 def test_peak_tflops_of_known_and_unknown_devices():
     assert benchmark.peak_tflops_of(["NVIDIA H200"]) == 989
     assert benchmark.peak_tflops_of(["cpu", "NVIDIA A100-SXM4-80GB"]) == 312
@@ -484,6 +499,7 @@ def test_main_default_variants_on_this_backend_with_mfu_and_json(
     assert saved == {"setting": dataclasses.asdict(s), "runs": results}
 
 
+@pytest.mark.once
 def test_main_all_backends(monkeypatch, capsys):
     runs = _fake_isolated_runs(monkeypatch)
     benchmark.main(["--all-backends", "--no-decode"])

@@ -82,6 +82,7 @@ def _assert_valid_rows_close(actual, expected, valid, atol=ATOL, rtol=RTOL):
 # ---------------------------------------------------------------------------
 # Against the NumPy reference, with explicit and with Keras (implicit) masks
 # ---------------------------------------------------------------------------
+@pytest.mark.slow
 @pytest.mark.parametrize("norm_first", [False, True], ids=["post_ln", "pre_ln"])
 def test_encoder_block_matches_reference(norm_first, rng):
     mask = _padding_mask(rng, B, T)
@@ -208,6 +209,7 @@ def test_decoder_cross_attention_uses_encoder_padding_mask(rng):
 # ---------------------------------------------------------------------------
 # Decoder: causality
 # ---------------------------------------------------------------------------
+@pytest.mark.slow
 @pytest.mark.parametrize("with_padding", [False, True], ids=["no_padding", "padding"])
 @pytest.mark.parametrize(
     "return_scores", [False, True], ids=["fused_path", "explicit_path"]
@@ -259,6 +261,7 @@ def _call_block(kind, block, x, memory, training):
     return _np(block(x, memory, training=training))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["encoder", "decoder"])
 @pytest.mark.parametrize(
     "rates",
@@ -458,6 +461,7 @@ def test_decoder_batch_sizes_must_match(rng):
 # ---------------------------------------------------------------------------
 # One norm_first setting each keeps the suite fast; both are saved, reloaded
 # and trained the same way, and get_config carries norm_first either way.
+@pytest.mark.slow
 def test_encoder_run_layer_test(tmp_path, rng):
     run_layer_test(
         kt.EncoderBlock,
@@ -475,6 +479,7 @@ def test_encoder_run_layer_test(tmp_path, rng):
     )
 
 
+@pytest.mark.slow
 def test_decoder_run_layer_test(tmp_path, rng):
     run_layer_test(
         kt.DecoderBlock,

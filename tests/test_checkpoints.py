@@ -47,6 +47,7 @@ def values(model):
     return [keras.ops.convert_to_numpy(w).copy() for w in model.weights]
 
 
+@pytest.mark.slow
 def test_save_list_load_round_trip(tmp_path):
     model = small_model()
     x, y = batch()
@@ -103,6 +104,7 @@ def test_keep_deletes_oldest_and_same_step_replaces(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["step-000000003", "step-000000004"]
 
 
+@pytest.mark.slow
 def test_average_checkpoints_is_the_mean(tmp_path):
     model = small_model()
     x, y = batch()
@@ -138,6 +140,7 @@ def test_save_model_atomic(tmp_path):
         checkpoints.save_model_atomic(model, str(tmp_path / "m.h5"))
 
 
+@pytest.mark.slow
 def test_time_budget_stops_fit_and_accumulates():
     model = small_model()
     x, y = batch(rows=8)
@@ -152,6 +155,7 @@ def test_time_budget_stops_fit_and_accumulates():
         TimeBudget(0)
 
 
+@pytest.mark.slow
 def test_checkpointer_records_position(tmp_path):
     model = small_model()
     x, y = batch(rows=8)

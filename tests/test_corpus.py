@@ -16,6 +16,9 @@ from keras_transformer.data.corpus import (
     split_path,
 )
 
+# Corpus reading is plain Python: one backend's run covers it.
+pytestmark = pytest.mark.once
+
 MULTI30K = Path(__file__).resolve().parents[1].parent / "shared/data/multi30k"
 
 

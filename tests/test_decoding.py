@@ -32,6 +32,7 @@ def numpy(x):
     return np.asarray(keras.ops.convert_to_numpy(x))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "overrides",
     [
@@ -63,6 +64,7 @@ def test_cached_steps_equal_full_model(overrides):
     assert np.abs(keys[:, :, :8]).max() > 0 and np.abs(keys[:, :, 8:]).max() == 0
 
 
+@pytest.mark.slow
 def test_cached_search_equals_uncached():
     model, src = model_and_sources(seed=3)
     limits = np.array([10, 3, 10, 0, 7], "int32")
@@ -95,6 +97,7 @@ def test_cached_search_equals_uncached():
     assert np.all(scores[[0, 1, 2, 4], 0] >= greedy_scores[[0, 1, 2, 4]] - 1e-5)
 
 
+@pytest.mark.slow
 def test_without_end_token_runs_to_the_limit():
     model, src = model_and_sources(seed=4)
     tokens, _ = decoding.greedy_search(model, src, 6, 8, end_id=None)
@@ -103,6 +106,7 @@ def test_without_end_token_runs_to_the_limit():
     assert np.all(tokens[:, :, :6] > decoding.START_ID)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(
     keras.backend.backend() == "torch", reason="PyTorch runs the loop eagerly"
 )
@@ -125,6 +129,7 @@ def test_compiled_once_per_shape(monkeypatch):
     assert len(traces) == 2
 
 
+@pytest.mark.slow
 def test_compiled_search_reads_the_current_weights():
     """A compiled loop is kept per model; it must decode with the weights the
     model has now (after a checkpoint load, say), not those it was built with."""
@@ -140,6 +145,7 @@ def test_compiled_search_reads_the_current_weights():
     assert not np.allclose(after, before, rtol=1e-3)
 
 
+@pytest.mark.slow
 def test_mixed_precision_cache():
     model, src = model_and_sources(seed=6, dtype="mixed_bfloat16")
     target = np.array([[1, 5, 9, 11]] * 5, "int32")
@@ -221,6 +227,7 @@ def table_search(monkeypatch):
     return model, sources, table
 
 
+@pytest.mark.slow
 def test_search_matches_reference_on_a_table(table_search):
     model, sources, table = table_search
     limits = np.array([8, 4, 8, 2, 6, 8], "int32")

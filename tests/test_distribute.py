@@ -115,6 +115,7 @@ def assert_same_first_step(single, parallel, differences):
     assert differences["after"] < 1e-5
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(BACKEND != "jax", reason="keras.distribution is JAX-only")
 def test_jax_data_parallel_first_step_matches_one_device():
     import jax
@@ -231,6 +232,7 @@ def mirrored_steps(tmp_path_factory):
     return result
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(BACKEND != "tensorflow", reason="tf.distribute test")
 def test_tensorflow_mirrored_first_step_matches_one_device(mirrored_steps):
     step = mirrored_steps["balanced"]

@@ -94,6 +94,7 @@ def test_rejects_bad_sizes():
         kt.TokenEmbedding(vocab_size=0, d_model=4)
 
 
+@pytest.mark.slow
 def test_layer_checks(tmp_path):
     ids = np.array([[1, 2, 3, 0], [4, 5, 0, 0]], "int32")
     run_layer_test(

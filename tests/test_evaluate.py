@@ -46,6 +46,7 @@ SENTENCES = [
 # -- score ---------------------------------------------------------------------
 
 
+@pytest.mark.once
 def test_score_of_the_references_is_100():
     refs = SENTENCES[:8]
     result = evaluate.score(refs, refs)
@@ -58,11 +59,13 @@ def test_score_of_the_references_is_100():
     assert result["bleu_details"].startswith("BLEU = 100.00")
 
 
+@pytest.mark.once
 def test_score_of_unrelated_words_is_0():
     result = evaluate.score(["x y z w", "q r s t"], ["a b c d", "e f g h"])
     assert result["bleu"] == 0.0 and result["chrf"] == 0.0
 
 
+@pytest.mark.once
 def test_score_matches_sacrebleu():
     import sacrebleu
 
@@ -80,6 +83,7 @@ def test_score_matches_sacrebleu():
         evaluate.score(hyps[:2], refs)
 
 
+@pytest.mark.once
 def test_default_out(tmp_path):
     model = str(tmp_path / "run" / "translator.keras")
     for source in ("data/val.de", "data/val.de.gz"):
@@ -88,6 +92,7 @@ def test_default_out(tmp_path):
     assert evaluate.default_out("translator.keras", "sources") == "eval-sources.json"
 
 
+@pytest.mark.once
 def test_write_atomic(tmp_path):
     path = tmp_path / "new" / "dir" / "out.txt"
     evaluate.write_atomic(path, "Männer\n")
@@ -128,6 +133,7 @@ def data(tmp_path):
     return source, reference
 
 
+@pytest.mark.slow
 def test_end_to_end(model_path, data, tmp_path, capsys):
     source, reference = data
     out = tmp_path / "results" / "eval.json"
@@ -158,6 +164,7 @@ def test_end_to_end(model_path, data, tmp_path, capsys):
     assert "BLEU" in printed and "chrF" in printed and str(out) in printed
 
 
+@pytest.mark.slow
 def test_weights_from_a_checkpoint(model_path, data, tmp_path, capsys):
     from keras_transformer import checkpoints
 
@@ -179,6 +186,8 @@ def test_weights_from_a_checkpoint(model_path, data, tmp_path, capsys):
     assert f"{tmp_path}: not a checkpoint folder" in err
 
 
+@pytest.mark.slow
+@pytest.mark.once
 def test_default_out_next_to_the_model(model_path, data):
     source, reference = data
     argv = ["--model", str(model_path), "--source", str(source)]
@@ -204,6 +213,7 @@ def run_failing(argv, capsys, out):
     return capsys.readouterr().err
 
 
+@pytest.mark.once
 def test_line_counts_differ(model_path, data, tmp_path, capsys):
     source, _ = data
     reference = tmp_path / "short.en"
@@ -214,6 +224,7 @@ def test_line_counts_differ(model_path, data, tmp_path, capsys):
     assert "5 lines" in err and "has 2" in err
 
 
+@pytest.mark.once
 def test_missing_source(model_path, data, tmp_path, capsys):
     _, reference = data
     source = tmp_path / "missing.de"
@@ -222,6 +233,7 @@ def test_missing_source(model_path, data, tmp_path, capsys):
     assert f"{source}: no such file" in err
 
 
+@pytest.mark.once
 def test_bad_data_is_reported_before_the_model_is_loaded(data, tmp_path, capsys):
     source, _ = data
     reference = tmp_path / "blank.en"
@@ -231,6 +243,7 @@ def test_bad_data_is_reported_before_the_model_is_loaded(data, tmp_path, capsys)
     assert f"{reference}:3: empty line" in err
 
 
+@pytest.mark.once
 def test_missing_model(data, tmp_path, capsys):
     source, reference = data
     model = tmp_path / "absent" / "translator.keras"
@@ -242,6 +255,8 @@ def test_missing_model(data, tmp_path, capsys):
     assert f"{tmp_path}: is a directory" in err
 
 
+@pytest.mark.slow
+@pytest.mark.once
 def test_model_that_is_not_a_translator(data, tmp_path, capsys):
     source, reference = data
     model = tmp_path / "transformer.keras"
@@ -256,6 +271,8 @@ def test_model_that_is_not_a_translator(data, tmp_path, capsys):
 # -- training.translate ----------------------------------------------------------
 
 
+@pytest.mark.slow
+@pytest.mark.once
 def test_translate_command_arguments_and_stdin(model_path, capsys):
     import io
 
@@ -274,6 +291,8 @@ def test_translate_command_arguments_and_stdin(model_path, capsys):
     assert out.getvalue().splitlines() == expected
 
 
+@pytest.mark.slow
+@pytest.mark.once
 def test_translate_command_search_options(model_path, capsys):
     from training import translate
 
@@ -305,6 +324,7 @@ def test_translate_command_search_options(model_path, capsys):
     assert "--n-best 5 is more than --beam-size 4" in err
 
 
+@pytest.mark.once
 def test_translate_command_missing_model(tmp_path, capsys):
     from training import translate
 

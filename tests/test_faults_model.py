@@ -130,6 +130,7 @@ PREDICT_CASES = [(fault, False) for fault in sorted(PREDICT_FAULTS)] + [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "fault,streamed",
     PREDICT_CASES,
@@ -189,6 +190,7 @@ def test_callback_fault_in_predict_or_evaluate_keeps_weights(trained, entry, err
 # -- fit: the weights of the last completed step -------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("error", [RuntimeError, KeyboardInterrupt])
 def test_callback_fault_in_fit_keeps_last_completed_step(trained, error):
     model, x, y, _ = trained
@@ -225,6 +227,7 @@ def assert_bad_data_error(error):
     assert type(error).__name__ == STEP_ERROR
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "fault", ["source_id", "target_id", "negative_target", "empty_source"]
 )
@@ -248,6 +251,7 @@ def test_bad_streamed_batch_in_fit_keeps_last_completed_step(shared, fault):
     assert np.isfinite(model.predict(x, verbose=0)).all()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(
     BACKEND == "torch", reason="Keras refuses steps_per_execution > 1 on PyTorch"
 )
@@ -272,6 +276,7 @@ def test_bad_batch_inside_a_multi_step_execution_keeps_the_step_before(shared):
     assert_same(weights(twin), weights(model))
 
 
+@pytest.mark.slow
 def test_loss_that_fails_while_tracing_keeps_weights(trained):
     model, x, y, expected = trained
     before = weights(model)
@@ -289,6 +294,7 @@ def test_loss_that_fails_while_tracing_keeps_weights(trained):
         model.compile(optimizer=optimizer, loss=loss)  # the module's model
 
 
+@pytest.mark.slow
 def test_failed_first_fit_keeps_initial_weights():
     """Before any step completes (the optimizer is built inside fit)."""
     keras.utils.set_random_seed(7)
@@ -304,6 +310,7 @@ def test_failed_first_fit_keeps_initial_weights():
     model.fit(x, y, epochs=1, verbose=0)
 
 
+@pytest.mark.slow
 def test_weights_can_be_saved_after_a_failed_call(trained, tmp_path):
     model, x, _, expected = trained
     with pytest.raises(ValueError):
@@ -352,6 +359,7 @@ def test_bad_streamed_targets_never_give_a_loss(trained, case):
     assert_intact(model, before, x, expected)
 
 
+@pytest.mark.slow
 def test_the_loss_pad_id_is_an_allowed_target(trained):
     """A loss that skips -1 (not 0) accepts -1 targets and refuses 0-padding ids
     only where they are out of range (0 is in the vocabulary)."""
@@ -370,6 +378,7 @@ def test_the_loss_pad_id_is_an_allowed_target(trained):
 # -- Python lists, empty sequences -------------------------------------------
 
 
+@pytest.mark.slow
 def test_python_lists_of_ids_work_like_arrays(trained):
     model, x, y, expected = trained
     as_lists = {name: ids.tolist() for name, ids in x.items()}
@@ -405,6 +414,7 @@ def test_empty_sequences_are_refused_on_every_path(trained, entry, side):
             model.evaluate(empty, targets, verbose=0)
 
 
+@pytest.mark.slow
 def test_empty_streamed_sequences_are_refused_after_a_retrace(trained):
     """The second shape retraces the compiled step (TensorFlow once let this
     through with a wrong 'too long' message)."""

@@ -64,6 +64,7 @@ def value(x):
     return float(ops.convert_to_numpy(x))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("eps", [0.1, 0.3])
 def test_matches_numpy_reference(rng, eps):
     logits = random_logits(rng, 3.0)
@@ -178,6 +179,7 @@ def gradient(fn, x):
     return out, x.grad.numpy()
 
 
+@pytest.mark.slow
 def test_all_padding_gives_zero_and_finite_gradients(rng):
     logits = random_logits(rng)
     targets = np.zeros((B, T), "int32")
@@ -240,6 +242,7 @@ def real_accuracy(logits, targets):
     return (logits.argmax(-1) == targets)[real].mean()
 
 
+@pytest.mark.slow
 def test_compiled_model_fit_evaluate_save_load(rng, tmp_path):
     """fit and evaluate average over real target tokens despite the model's mask.
 
@@ -283,6 +286,7 @@ def test_compiled_model_fit_evaluate_save_load(rng, tmp_path):
     assert result["masked_accuracy"] > 0  # it has learnt something to compare
 
 
+@pytest.mark.slow
 def test_fit_under_mixed_float16(rng):
     keras.config.set_dtype_policy("mixed_float16")
     model = tiny_model()

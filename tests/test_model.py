@@ -117,6 +117,8 @@ def model():
 # ---------------------------------------------------------------------------
 # 1. Parameter counts and configuration
 # ---------------------------------------------------------------------------
+@pytest.mark.slow
+@pytest.mark.once
 @pytest.mark.parametrize(
     "name, d_model, expected",
     [("base", 512, 63_082_496), ("big", 1024, 214_245_376)],
@@ -131,6 +133,7 @@ def test_parameter_count_matches_paper_configs(name, d_model, expected):
     assert model.output.shape[-1] == 37000
 
 
+@pytest.mark.slow
 def test_untied_embeddings_have_own_matrices_and_target_vocab_output():
     model = small_model(share_embeddings=False, src_vocab_size=100, tgt_vocab_size=120)
     # Two embedding matrices, the target one doubling as the projection: no
@@ -155,6 +158,7 @@ def test_shared_embeddings_with_different_vocab_sizes_raises():
         small_model(src_vocab_size=100, tgt_vocab_size=120, share_embeddings=True)
 
 
+@pytest.mark.slow
 def test_keyword_overrides_of_named_config():
     model = kt.build_model(
         "base", src_vocab_size=100, num_layers=1, d_model=64, num_heads=4, d_ff=128
@@ -180,6 +184,7 @@ def test_keyword_overrides_of_named_config():
 # ---------------------------------------------------------------------------
 # 2. Output contract
 # ---------------------------------------------------------------------------
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "global_policy, dtype_arg, compute",
     [
@@ -216,6 +221,7 @@ def test_logits_shape_and_float32_dtype(global_policy, dtype_arg, compute):
     assert np.isfinite(to_np(out)).all()
 
 
+@pytest.mark.slow
 def test_eager_call_matches_predict(model):
     rng = np.random.default_rng(13)
     x, _ = seq2seq_batch(rng, batch=4)
@@ -242,6 +248,7 @@ def test_eager_call_matches_predict(model):
 # ---------------------------------------------------------------------------
 # 3. Properties of the function the model computes (eval mode, dropout 0)
 # ---------------------------------------------------------------------------
+@pytest.mark.slow
 def test_source_padding_does_not_change_logits(model):
     rng = np.random.default_rng(2)
     src = random_ids(rng, (3, 6))
@@ -258,6 +265,7 @@ def test_source_padding_does_not_change_logits(model):
     assert np.abs(logits_of(model, changed, tgt)[0] - expected[0]).max() > 1e-3
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("t", [0, 3, 6])
 def test_decoder_is_causal(model, t):
     rng = np.random.default_rng(3)
@@ -274,6 +282,7 @@ def test_decoder_is_causal(model, t):
     np.testing.assert_allclose(out[1], base[1], atol=ATOL, rtol=0)
 
 
+@pytest.mark.slow
 def test_rows_are_independent_and_permutation_equivariant(model):
     rng = np.random.default_rng(4)
     x, _ = seq2seq_batch(rng, batch=4)
@@ -289,6 +298,7 @@ def test_rows_are_independent_and_permutation_equivariant(model):
     assert np.abs(batch[0] - batch[1]).max() > 1e-3
 
 
+@pytest.mark.slow
 def test_decoder_padding_does_not_change_real_positions(model):
     rng = np.random.default_rng(5)
     src = random_ids(rng, (2, 6))
@@ -313,6 +323,7 @@ def compile_small(model, learning_rate=1e-3):
     return model
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
 def test_mixed_precision_training_and_padding_rows_are_finite(policy):
     keras.config.set_dtype_policy(policy)
@@ -336,6 +347,7 @@ def test_mixed_precision_training_and_padding_rows_are_finite(policy):
     assert np.isfinite(to_np(out)).all()
 
 
+@pytest.mark.slow
 def test_compiled_training_under_mixed_bfloat16():
     """``jit_compile=True`` trains under ``mixed_bfloat16`` on every backend:
     XLA on JAX and TensorFlow, ``torch.compile`` on PyTorch (which crashed
@@ -386,6 +398,7 @@ def test_all_padding_rows_give_finite_logits_float32(model):
 # ---------------------------------------------------------------------------
 # 6. Saving and loading
 # ---------------------------------------------------------------------------
+@pytest.mark.slow
 def test_save_load_round_trip_and_training_continues(tmp_path):
     model = compile_small(small_model(num_layers=1))
     rng = np.random.default_rng(8)
@@ -429,6 +442,7 @@ def test_save_load_round_trip_and_training_continues(tmp_path):
         )
 
 
+@pytest.mark.slow
 def test_user_snippet_tiny_fit_save_load(tmp_path):
     # The snippet from the issue, with "tiny": compile, fit on a dict, save, load.
     import keras_transformer
@@ -460,7 +474,15 @@ def test_user_snippet_tiny_fit_save_load(tmp_path):
 # ---------------------------------------------------------------------------
 # 7. One .keras file, three backends
 # ---------------------------------------------------------------------------
-SAVE_SCRIPT = textwrap.dedent(
+# Each backend's run saves a model here and starts one subprocess on the next
+# backend of the ring tensorflow -> jax -> torch -> tensorflow, which loads that
+# file and saves its own for this run to load. A run of the three backends
+# thus checks all six (saved under, loaded under) pairs, with one subprocess
+# per run instead of one per pair.
+RING = ("tensorflow", "jax", "torch")
+NEXT_BACKEND = RING[(RING.index(BACKEND) + 1) % len(RING)]
+
+CROSS_SCRIPT = textwrap.dedent(
     """
     import sys
 
@@ -469,8 +491,20 @@ SAVE_SCRIPT = textwrap.dedent(
 
     import keras_transformer as kt
 
-    out = sys.argv[1]
+    out, loaded_from = sys.argv[1], sys.argv[2]
     backend = keras.backend.backend()
+
+    # 1. The file saved under the other backend, loaded here.
+    model = keras.saving.load_model(f"{out}/{loaded_from}.keras")
+    assert type(model) is kt.Transformer, type(model)
+    x = {
+        "encoder_inputs": np.load(f"{out}/{loaded_from}_src.npy"),
+        "decoder_inputs": np.load(f"{out}/{loaded_from}_tgt.npy"),
+    }
+    logits = keras.ops.convert_to_numpy(model(x, training=False))
+    np.save(f"{out}/{loaded_from}_logits_under_{backend}.npy", logits)
+
+    # 2. A model saved here, for the other backend to load.
     keras.utils.set_random_seed(7)
     model = kt.build_model(
         "tiny", src_vocab_size=40, num_layers=1, d_model=32, num_heads=4,
@@ -478,67 +512,71 @@ SAVE_SCRIPT = textwrap.dedent(
     )
     rng = np.random.default_rng(11)
     src = rng.integers(1, 40, size=(3, 7)).astype("int32")
-    tgt = rng.integers(1, 40, size=(3, 6)).astype("int32")
+    tgt = rng.integers(1, 40, size=(3, 5)).astype("int32")
     src[1, 4:] = 0
     tgt[2, 3:] = 0
-    x = {"encoder_inputs": src, "decoder_inputs": tgt[:, :-1]}
+    x = {"encoder_inputs": src, "decoder_inputs": tgt}
     logits = keras.ops.convert_to_numpy(model(x, training=False))
     model.save(f"{out}/{backend}.keras")
     np.save(f"{out}/{backend}_src.npy", src)
-    np.save(f"{out}/{backend}_tgt.npy", tgt[:, :-1])
+    np.save(f"{out}/{backend}_tgt.npy", tgt)
     np.save(f"{out}/{backend}_logits.npy", logits)
     """
 )
 
 
-OTHER_BACKENDS = [b for b in ("tensorflow", "jax", "torch") if b != BACKEND]
-
-
 @pytest.fixture(scope="module")
-def saved_under_other_backends(tmp_path_factory):
-    """Start one saving subprocess per other backend, both at once."""
+def cross_backend(tmp_path_factory):
+    """This backend's model saved, then the next backend's subprocess run."""
     out = tmp_path_factory.mktemp("cross_backend")
-    procs = {}
-    for other in OTHER_BACKENDS:
-        env = dict(os.environ, KERAS_BACKEND=other, TF_CPP_MIN_LOG_LEVEL="3")
-        with open(out / f"{other}.log", "w") as log:  # the child keeps its copy
-            procs[other] = subprocess.Popen(
-                [sys.executable, "-c", SAVE_SCRIPT, str(out)],
-                env=env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-    yield out, procs
-    for proc in procs.values():
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("other", OTHER_BACKENDS)
-def test_keras_file_from_other_backend_gives_same_logits(
-    saved_under_other_backends, other
-):
-    out, procs = saved_under_other_backends
-    try:
-        procs[other].wait(timeout=300)
-    except subprocess.TimeoutExpired:
-        procs[other].kill()
-        procs[other].wait()
-    log = (out / f"{other}.log").read_text()
-    assert procs[other].returncode == 0, f"saving under {other} failed:\n{log}"
-    src = np.load(out / f"{other}_src.npy")
-    tgt = np.load(out / f"{other}_tgt.npy")
-    expected = np.load(out / f"{other}_logits.npy")
-    assert expected.shape == (3, 5, VOCAB) and np.isfinite(expected).all()
-
-    loaded = keras.saving.load_model(str(out / f"{other}.keras"))
-    assert type(loaded) is Transformer
-    np.testing.assert_allclose(logits_of(loaded, src, tgt), expected, atol=1e-5, rtol=0)
+    keras.utils.set_random_seed(5)
+    model = small_model(dropout=0.0)
+    rng = np.random.default_rng(3)
+    src = random_ids(rng, (2, 6))
+    tgt = random_ids(rng, (2, 4))
+    src[0, 3:] = 0
+    tgt[1, 2:] = 0
+    np.save(out / f"{BACKEND}_src.npy", src)
+    np.save(out / f"{BACKEND}_tgt.npy", tgt)
+    np.save(out / f"{BACKEND}_logits.npy", logits_of(model, src, tgt))
+    model.save(out / f"{BACKEND}.keras")
     # Not compiled before saving: a model compiled but never fitted would not
     # reload under `filterwarnings = error` (Keras warns that the saved,
     # unbuilt optimizer has fewer variables than the rebuilt one).
+    env = dict(os.environ, KERAS_BACKEND=NEXT_BACKEND, TF_CPP_MIN_LOG_LEVEL="3")
+    done = subprocess.run(
+        [sys.executable, "-c", CROSS_SCRIPT, str(out), BACKEND],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, (
+        f"the {NEXT_BACKEND} subprocess failed:\n{done.stdout[-2000:]}"
+        f"{done.stderr[-3000:]}"
+    )
+    return out
+
+
+@pytest.mark.slow
+def test_keras_file_from_next_backend_gives_same_logits(cross_backend):
+    out = cross_backend
+    src = np.load(out / f"{NEXT_BACKEND}_src.npy")
+    tgt = np.load(out / f"{NEXT_BACKEND}_tgt.npy")
+    expected = np.load(out / f"{NEXT_BACKEND}_logits.npy")
+    assert expected.shape == (3, 5, VOCAB) and np.isfinite(expected).all()
+    loaded = keras.saving.load_model(str(out / f"{NEXT_BACKEND}.keras"))
+    assert type(loaded) is Transformer
+    np.testing.assert_allclose(logits_of(loaded, src, tgt), expected, atol=1e-5, rtol=0)
+
+
+@pytest.mark.slow
+def test_keras_file_loads_under_next_backend_with_same_logits(cross_backend):
+    out = cross_backend
+    expected = np.load(out / f"{BACKEND}_logits.npy")
+    assert expected.shape == (2, 4, VOCAB) and np.isfinite(expected).all()
+    there = np.load(out / f"{BACKEND}_logits_under_{NEXT_BACKEND}.npy")
+    np.testing.assert_allclose(there, expected, atol=1e-5, rtol=0)
 
 
 # ---------------------------------------------------------------------------
@@ -626,6 +664,7 @@ def _run_entry_point(model, entry, x, y=None):
     return model.evaluate(x, y, verbose=0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(BAD_INPUTS))
 def test_bad_numpy_input_raises_same_error_everywhere(compiled_model, case):
     x, error, pattern = BAD_INPUTS[case]
@@ -750,6 +789,7 @@ def test_predict_on_streamed_out_of_range_ids_raises(fresh_model, source):
     assert type(info.value).__name__ == COMPILED_STEP_ERROR[BACKEND]
 
 
+@pytest.mark.slow
 def test_streamed_valid_ids_predict_finite_logits(fresh_model):
     good, _ = _streams()
     valid = fresh_model.predict(_Batches([good, good]), verbose=0)
@@ -763,6 +803,7 @@ def test_streamed_valid_ids_predict_finite_logits(fresh_model):
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("entry", ["predict", "evaluate"])
 def test_model_still_usable_after_streamed_bad_ids(fresh_model, entry):
     good, bad = _streams()
@@ -783,6 +824,7 @@ def test_model_still_usable_after_streamed_bad_ids(fresh_model, entry):
     )
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(
     BACKEND == "torch", reason="torch.compile is too slow for this suite"
 )
@@ -872,6 +914,7 @@ def _fused_calls_in_one_forward(model, x, training, monkeypatch):
     return calls
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "attention_dropout, training, dtype, fused",
     [
@@ -901,6 +944,7 @@ def test_forward_pass_uses_the_fused_attention_kernel(
     assert calls == [compute_dtype] * len(calls)
 
 
+@pytest.mark.slow
 def test_train_on_batch_traces_the_fused_attention_kernel(monkeypatch):
     num_layers = 1
     model = compile_small(
@@ -916,6 +960,7 @@ def test_train_on_batch_traces_the_fused_attention_kernel(monkeypatch):
     assert len(calls) % (3 * num_layers) == 0
 
 
+@pytest.mark.slow
 def test_attention_weights_requests_take_the_explicit_path(monkeypatch):
     rng = np.random.default_rng(13)
     x = rng.normal(size=(2, 5, 32)).astype("float32")

@@ -6,8 +6,7 @@ folder: the committed notebooks and their outputs are never overwritten, and
 files a notebook writes land in the temporary folder (the kernel's working
 directory), which pytest removes. The kernel's environment has:
 
-* ``KERAS_BACKEND`` = this pytest run's backend (``keras.backend.backend()``),
-  so the suite's run on each backend runs every notebook on that backend.
+* ``KERAS_BACKEND`` = this pytest run's backend (``keras.backend.backend()``).
   Notebooks choose their backend with ``os.environ.setdefault`` in their first
   code cell, so this value wins.
 * ``KT_NOTEBOOK_QUICK=1``: a notebook that trains reads this parameter and
@@ -20,12 +19,11 @@ directory), which pytest removes. The kernel's environment has:
 A failing cell fails the test, with the notebook, the cell's source and the
 traceback in the message.
 
-``KT_NOTEBOOK_BACKENDS`` (a comma-separated list, default all three) names
-the backends whose suite runs execute the notebooks. ``tests/run_all.sh``
-(and so CI) sets it to ``tensorflow``, the backend on which the notebooks run
-fastest, to keep the whole suite within its time budget; in the other
-backends' runs the execution tests are skipped with that reason. Each
-notebook was also run by hand on all three backends before it was committed.
+In ``tests/run_all.sh`` (and so CI) the notebooks are executed in one
+backend's run only (``@pytest.mark.once``, see conftest.py: PyTorch's, the
+lightest run), for the suite's time budget; a plain ``pytest`` run executes
+them on its backend. Each notebook was also run by
+hand on all three backends before it was committed.
 
 The cheap checks need no kernel: every committed notebook is valid nbformat,
 was saved executed (every code cell has an execution count, no error outputs),
@@ -61,6 +59,7 @@ def _code_cells(nb):
     return [cell for cell in nb.cells if cell.cell_type == "code"]
 
 
+@pytest.mark.once
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=NOTEBOOK_IDS)
 def test_committed_notebook_is_valid_and_executed(path):
     nb = nbformat.read(path, as_version=4)
@@ -86,19 +85,8 @@ def test_committed_notebook_is_valid_and_executed(path):
     )
 
 
-EXECUTE_ON = [
-    name.strip()
-    for name in os.environ.get("KT_NOTEBOOK_BACKENDS", "tensorflow,jax,torch").split(
-        ","
-    )
-    if name.strip()
-]
-
-
-@pytest.mark.skipif(
-    keras.backend.backend() not in EXECUTE_ON,
-    reason=f"notebooks are executed on KT_NOTEBOOK_BACKENDS={EXECUTE_ON} only",
-)
+@pytest.mark.once
+@pytest.mark.slow
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=NOTEBOOK_IDS)
 def test_notebook_executes(path, tmp_path, monkeypatch):
     backend = keras.backend.backend()

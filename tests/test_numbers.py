@@ -14,6 +14,9 @@ import pytest
 
 from keras_transformer.data import english, german, make_splits, sample_numbers
 
+# The number task is plain Python: one backend's run covers it.
+pytestmark = pytest.mark.once
+
 
 @pytest.fixture(autouse=True)
 def _fresh_keras_state():
@@ -340,6 +343,7 @@ def test_bad_sizes_raise(kwargs, error):
         sample_numbers(**kwargs)
 
 
+@pytest.mark.slow
 def test_largest_possible_splits_cover_the_range():
     numbers = sample_numbers(seed=0, train_size=998_000, val_size=1000, test_size=1000)
     together = np.concatenate(list(numbers.values()))

@@ -222,6 +222,7 @@ def test_offset_is_a_fixed_rotation():
 # ---------------------------------------------------------------------------
 # Standard layer checks
 # ---------------------------------------------------------------------------
+@pytest.mark.slow
 def test_run_layer_test(tmp_path, rng):
     run_layer_test(
         kt.SinusoidalEncoding,

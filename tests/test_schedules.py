@@ -159,6 +159,7 @@ def test_bad_arguments_raise_value_error(kwargs, name, value):
         transformer_optimizer(**kwargs)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kwargs", [dict(d_model="512"), dict(d_model=512, scale=True)])
 def test_non_numbers_raise_type_error(kwargs):
     with pytest.raises(TypeError, match="must be a positive number"):

@@ -530,6 +530,7 @@ def test_dropout_zero_training_is_deterministic():
     np.testing.assert_allclose(w, ref_w, atol=ATOL, rtol=RTOL)
 
 
+@pytest.mark.slow
 def test_self_attention_is_permutation_equivariant():
     # Seed 004 calls attention "permutation-invariant"; precisely, without
     # positional encoding, permuting the tokens permutes the output rows

@@ -26,6 +26,7 @@ def tokenizer(proto):
     return tk.make_tokenizer(proto)
 
 
+@pytest.mark.once
 def test_reserved_ids(tokenizer):
     expected = {0: "<pad>", 1: "<s>", 2: "</s>", 3: "<unk>"}
     assert (tk.PAD_ID, tk.START_ID, tk.END_ID, tk.UNK_ID) == (0, 1, 2, 3)
@@ -37,6 +38,7 @@ def test_reserved_ids(tokenizer):
     assert min(min(row) for row in ids) > tk.UNK_ID
 
 
+@pytest.mark.once
 @pytest.mark.parametrize("model_type", ["unigram", "bpe"])
 def test_round_trip_on_training_sentences(model_type):
     tokenizer = tk.make_tokenizer(tk.train_tokenizer(TEXTS, 80, model_type))
@@ -47,6 +49,7 @@ def test_round_trip_on_training_sentences(model_type):
     assert tk.decode(tokenizer, ids) == TEXTS
 
 
+@pytest.mark.once
 def test_encode_markers_and_empty_string(tokenizer):
     assert tk.encode(tokenizer, [""]) == [[tk.END_ID]]
     assert tk.encode(tokenizer, [""], add_start=True) == [[tk.START_ID, tk.END_ID]]
@@ -59,6 +62,7 @@ def test_encode_markers_and_empty_string(tokenizer):
         tk.encode(tokenizer, "forty-two")
 
 
+@pytest.mark.once
 def test_decode_stops_at_end_and_drops_padding(tokenizer):
     body = tk.encode(tokenizer, ["seven hundred", "elf"], add_end=False)
     other = tk.encode(tokenizer, ["nine"], add_end=False)[0]
@@ -77,6 +81,7 @@ def test_decode_stops_at_end_and_drops_padding(tokenizer):
     assert tk.decode(tokenizer, []) == []
 
 
+@pytest.mark.once
 def test_unseen_character_is_unknown(tokenizer):
     # "Ω" and "#" never occur in the corpus (lower-case letters, umlauts,
     # ß, space and hyphen only).
@@ -90,6 +95,7 @@ def test_unseen_character_is_unknown(tokenizer):
     assert text.startswith("one ") and text.endswith(" two")
 
 
+@pytest.mark.once
 def test_vocabulary_size():
     # Exactly the requested size when the corpus can fill it (both trainers).
     for model_type in ("unigram", "bpe"):
@@ -111,6 +117,7 @@ def test_vocabulary_size():
         tk.train_tokenizer(TEXTS, 29)
 
 
+@pytest.mark.once
 def test_training_is_deterministic(proto):
     assert tk.train_tokenizer(TEXTS, VOCAB_SIZE) == proto
     bpe = tk.train_tokenizer(TEXTS, VOCAB_SIZE, "bpe")
@@ -118,6 +125,7 @@ def test_training_is_deterministic(proto):
     assert bpe != proto
 
 
+@pytest.mark.once
 def test_bad_arguments():
     with pytest.raises(TypeError):
         tk.train_tokenizer("one two", 50)
@@ -129,6 +137,7 @@ def test_bad_arguments():
         tk.train_tokenizer(["", ""], 50)
 
 
+@pytest.mark.once
 def test_rejects_model_with_other_reserved_ids():
     import io
 
@@ -163,6 +172,7 @@ def test_keras_file_round_trip(tokenizer, proto, tmp_path):
     assert config["config"]["proto"] is None
 
 
+@pytest.mark.slow
 def test_make_tokenizer_from_file(proto, tmp_path):
     path = tmp_path / "joint.model"
     path.write_bytes(proto)

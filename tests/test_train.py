@@ -52,13 +52,14 @@ def finished(tmp_path_factory):
     out = tmp_path_factory.mktemp("finished") / "run"
     results = run(
         out, "--epochs", "2", "--average-last", "2", "--checkpoint-steps", "3",
-        "--beam-size", "2",
+        "--beam-size", "2", "--train-size", "150",
     )  # fmt: skip
     keras.config.set_dtype_policy("float32")
     keras.utils.clear_session()
     return out, results
 
 
+@pytest.mark.slow
 def test_numbers_run_writes_everything(finished):
     out, results = finished
     assert sorted(os.listdir(out)) == [
@@ -99,6 +100,8 @@ def test_numbers_run_writes_everything(finished):
     assert any(not np.array_equal(a, b) for a, b in zip(*snapshots, strict=True))
 
 
+@pytest.mark.slow
+@pytest.mark.once
 def test_finished_run_is_not_clobbered(finished, tmp_path, capsys):
     out = tmp_path / "run"
     shutil.copytree(finished[0], out)
@@ -120,6 +123,7 @@ def test_finished_run_is_not_clobbered(finished, tmp_path, capsys):
     assert (out / "translator.keras").read_bytes() != before
 
 
+@pytest.mark.once
 def test_out_with_foreign_files_or_other_settings_is_refused(tmp_path, capsys):
     foreign = tmp_path / "foreign"
     foreign.mkdir()
@@ -160,6 +164,7 @@ GOOD = {
 }
 
 
+@pytest.mark.once
 @pytest.mark.parametrize(
     "case, file, line, message",
     [
@@ -196,6 +201,8 @@ def test_bad_parallel_files_fail_before_anything_is_written(
     assert not out.exists()
 
 
+@pytest.mark.slow
+@pytest.mark.once
 def test_parallel_text_path_on_a_few_hundred_lines(tmp_path):
     """The Multi30k code path (gzip files, BPE, BLEU), on 200 lines."""
     data = tmp_path / "data"
@@ -225,6 +232,8 @@ def test_parallel_text_path_on_a_few_hundred_lines(tmp_path):
     assert 0.0 <= results["bleu"] <= 100.0 and 0.0 <= results["chrf"] <= 100.0
 
 
+@pytest.mark.slow
+@pytest.mark.once
 def test_time_budget_stops_training_mixed_precision(tmp_path, capsys):
     results = run(
         tmp_path / "run",
@@ -253,8 +262,10 @@ def _latest_position(folder):
     return state["epoch"], state["batch"]
 
 
+@pytest.mark.slow
+@pytest.mark.once("jax")
 def test_resume_after_kill_continues_from_last_checkpoint(tmp_path, capsys):
-    argv = [*NUMBERS, *SMALL, "--train-size", "400", "--batch-tokens", "128"]
+    argv = [*NUMBERS, *SMALL, "--train-size", "200", "--batch-tokens", "128"]
     argv += ["--dropout", "0", "--epochs", "2", "--checkpoint-steps", "1"]
     # The same run, uninterrupted, for reference.
     reference = run_in_process(argv, tmp_path / "reference")
@@ -316,6 +327,7 @@ def run_in_process(argv, out):
     return train.main([*argv, "--out", str(out)])
 
 
+@pytest.mark.slow
 def test_data_parallel(tmp_path, capsys):
     argv = [*NUMBERS, *SMALL, "--epochs", "1", "--data-parallel"]
     if keras.backend.backend() == "torch":

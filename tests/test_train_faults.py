@@ -23,6 +23,10 @@ from keras_transformer import checkpoints
 from training import train
 from training.evaluate import load_translator
 
+# What the script does with files and settings does not depend on the backend;
+# test_train.py trains end to end on every backend.
+pytestmark = pytest.mark.once
+
 # As in test_train.py, smaller still: 100 pairs, one bucket (one shape to
 # compile), 7 batches an epoch; as many test sentences as examples printed.
 SMALL = [
@@ -122,6 +126,7 @@ def test_overwrite_refuses_a_folder_of_user_files_named_like_ours(tmp_path, caps
     assert files(out) == mine
 
 
+@pytest.mark.slow
 def test_overwrite_refuses_user_files_inside_a_run(copy, capsys):
     (copy / "logs" / "mine.txt").write_bytes(b"my notes\n")
     (copy / "checkpoints" / "notes.txt").write_bytes(b"keep me\n")
@@ -131,6 +136,7 @@ def test_overwrite_refuses_user_files_inside_a_run(copy, capsys):
     assert files(copy) == before
 
 
+@pytest.mark.slow
 def test_overwrite_clears_a_run_and_trains_again(copy):
     old = set(files(copy))
     before = (copy / "translator.keras").read_bytes()
@@ -153,6 +159,7 @@ def test_overwrite_clears_a_run_and_trains_again(copy):
 # -- 3. a kill during the report ------------------------------------------------
 
 
+@pytest.mark.slow
 def test_rerun_writes_a_missing_report_without_training(copy, capsys):
     (copy / "results.json").unlink()  # where a kill in the report left the old code
     before = without(files(copy), "run.json")
@@ -173,6 +180,7 @@ class Killed(Exception):
     """Stands for a kill -9 in the middle of the report."""
 
 
+@pytest.mark.slow
 def test_report_killed_then_rerun(copy, capsys, monkeypatch):
     unfinish(copy)
 
@@ -196,6 +204,7 @@ def test_report_killed_then_rerun(copy, capsys, monkeypatch):
 # -- 4. corrupt checkpoints -----------------------------------------------------
 
 
+@pytest.mark.slow
 def test_resume_skips_corrupt_checkpoints(copy, capsys):
     unfinish(copy)
     first, middle, newest = checkpoints.list_checkpoints(copy / "checkpoints")
@@ -221,6 +230,7 @@ def test_resume_skips_corrupt_checkpoints(copy, capsys):
     assert json.loads((copy / "results.json").read_text()) == pytest.approx(results)
 
 
+@pytest.mark.slow
 def test_averaging_leaves_out_a_corrupt_checkpoint(copy, capsys):
     model = load_translator(copy / "translator.keras").transformer
     unfinish(copy)
@@ -347,6 +357,7 @@ def test_keep_never_deletes_for_a_later_checkpoint(tmp_path):
 # -- 7. settings checked before anything is written -----------------------------
 
 
+@pytest.mark.slow
 def test_bad_settings_fail_before_anything_is_written(tmp_path, capsys):
     out = tmp_path / "run"
     command = [*NUMBERS, *SMALL, "--epochs", "1", "--out", str(out)]

@@ -61,10 +61,10 @@ def trained(proto):
     }
     y = pad([[*t, tk.END_ID] for t in body], width)
     model.compile(
-        keras.optimizers.Adam(5e-3),
+        keras.optimizers.Adam(1e-2),
         keras.losses.SparseCategoricalCrossentropy(from_logits=True),
     )
-    model.fit(x, y, batch_size=25, epochs=30, verbose=0)
+    model.fit(x, y, batch_size=25, epochs=12, verbose=0)
     return Translator(tokenizer, model)
 
 
@@ -96,6 +96,7 @@ def naive_greedy(model, src_ids, max_steps):
     return out
 
 
+@pytest.mark.slow
 def test_untrained_model_returns_strings(tokenizer):
     translator = Translator(tokenizer, tiny_model(tokenizer))
     texts = ["one hundred", "seven", "twenty-three thousand four", "nine"]
@@ -125,6 +126,7 @@ def test_untrained_model_returns_strings(tokenizer):
     assert translator.translate([]) == []
 
 
+@pytest.mark.slow
 def test_default_output_length_is_source_length_plus_50(tokenizer):
     # Paper §6.1: at most input length + 50 tokens, and never more than the
     # model's max_length.
@@ -140,6 +142,7 @@ def test_default_output_length_is_source_length_plus_50(tokenizer):
     assert any(tk.END_ID not in row for row in ids)
 
 
+@pytest.mark.slow
 def test_greedy_matches_naive_reference(trained):
     texts = [SOURCES[i] for i in (3, 0, 57, 199)] + [""]
     src = tk.encode(trained.tokenizer, texts)
@@ -166,12 +169,14 @@ def test_greedy_matches_naive_reference(trained):
     assert trained.translate_ids(texts, **greedy, use_cache=False) == expected
 
 
+@pytest.mark.slow
 def test_training_sanity(trained):
     # Thirty quick epochs of the copy task: most training sentences come back.
     out = trained.translate(SOURCES[:40])
     assert sum(a == b for a, b in zip(out, SOURCES[:40], strict=True)) >= 30
 
 
+@pytest.mark.slow
 def test_keras_file_round_trip(trained, proto, tmp_path):
     translator = Translator(
         trained.tokenizer, trained.transformer, max_output_length=30
@@ -197,6 +202,7 @@ def test_keras_file_round_trip(trained, proto, tmp_path):
     assert loaded.translate_ids(texts) == translator.translate_ids(texts)
 
 
+@pytest.mark.slow
 def test_empty_and_unseen_characters(trained):
     texts = ["", "Ω", "one # two"]
     src = tk.encode(trained.tokenizer, texts)
@@ -228,6 +234,7 @@ def warns_max_length(call, limit):
     return result
 
 
+@pytest.mark.slow
 def test_too_long_source_warns_and_is_truncated(tokenizer):
     translator = Translator(tokenizer, tiny_model(tokenizer, max_length=16))
     long_text = "seven hundred seventy-seven thousand seven hundred seventy-seven"
@@ -276,6 +283,7 @@ def naive_beam(model, src_ids, beam_size, alpha, limit):
     return numpy_reference.beam_search(next_log_probs, beam_size, alpha, limit)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("alpha", [0.0, 0.6])
 def test_beam_matches_naive_reference(trained, alpha):
     texts = [SOURCES[i] for i in (3, 57, 199)] + [""]
@@ -302,6 +310,7 @@ def test_beam_matches_naive_reference(trained, alpha):
     assert best == [reference[0][0] for reference in expected]
 
 
+@pytest.mark.slow
 def test_beam_size_one_is_greedy(trained):
     texts = SOURCES[::9]
     greedy = [
@@ -332,6 +341,7 @@ def test_n_best(trained):
         assert len({text for text, _ in row}) == 3  # distinct hypotheses
 
 
+@pytest.mark.slow
 def test_bad_search_arguments(trained):
     with pytest.raises(ValueError, match="beam_size must be >= 1"):
         trained.translate(["one"], beam_size=0)

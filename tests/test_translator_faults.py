@@ -85,6 +85,7 @@ METHODS = ["translate", "translate_ids", "n_best"]
 # Without the fix the words "None", "b'a man'" ... are translated, with a
 # warning about their unknown characters; ignoring it lets such a run fail
 # as "did not raise".
+@pytest.mark.once
 @pytest.mark.filterwarnings("ignore:.*tokenizer has never seen:UserWarning")
 @pytest.mark.parametrize("method", METHODS)
 def test_a_sentence_that_is_not_text_is_refused(translator, method):
@@ -110,6 +111,7 @@ def test_a_sentence_that_is_not_text_is_refused(translator, method):
     )
 
 
+@pytest.mark.once
 def test_iterables_of_str_are_accepted_but_not_one_string(translator):
     expected = translator.translate(TEXTS, **FAST)
     assert translator.translate(tuple(TEXTS), **FAST) == expected
@@ -123,6 +125,7 @@ def test_iterables_of_str_are_accepted_but_not_one_string(translator):
         translator.translate(42, **FAST)
 
 
+@pytest.mark.once
 def test_translate_command_refuses_text_that_is_not_utf8(saved, capsys):
     model = str(saved[0])
     # Bytes that are not UTF-8: from a strict stdin, a UnicodeDecodeError;
@@ -147,6 +150,7 @@ def test_translate_command_refuses_text_that_is_not_utf8(saved, capsys):
         assert message in captured.err and captured.err.count("\n") == 1
 
 
+@pytest.mark.once
 def test_a_tokenizer_without_vocabulary_is_named(saved, tmp_path):
     # keras.saving.load_model (rather than load_translator) accepts the file;
     # translating says what is missing instead of keras-hub's "No vocabulary
@@ -183,6 +187,7 @@ BAD_ARGUMENTS = [
 ]
 
 
+@pytest.mark.once
 @pytest.mark.parametrize("method", METHODS)
 def test_bad_search_arguments_are_refused_before_any_work(translator, method):
     search = getattr(translator, method)
@@ -201,6 +206,7 @@ def test_bad_search_arguments_are_refused_before_any_work(translator, method):
         assert taken == [], f"{case} read sentences before refusing"
 
 
+@pytest.mark.once
 def test_n_best_checks_beam_size_before_n(translator):
     # n defaults to beam_size: a bad beam_size was reported as a bad n.
     with pytest.raises(TypeError, match="beam_size must be an int.*'4'"):
@@ -304,6 +310,7 @@ def run_script(script, model, tmp_path):
     assert not (tmp_path / "figure.png").exists()
 
 
+@pytest.mark.once
 @pytest.mark.parametrize("kind, error, reason", DAMAGE)
 def test_a_damaged_file_is_named_with_its_fault(
     saved, tmp_path, capsys, kind, error, reason
@@ -330,6 +337,7 @@ def test_a_damaged_file_is_named_with_its_fault(
     assert original.read_bytes() == data
 
 
+@pytest.mark.once
 def test_load_translator_reads_the_intact_file(translator, saved):
     original, data = saved
     loaded = evaluate.load_translator(original)
@@ -344,6 +352,8 @@ def test_load_translator_reads_the_intact_file(translator, saved):
     assert original.read_bytes() == data
 
 
+@pytest.mark.slow
+@pytest.mark.once
 def test_python_m_translate_prints_no_traceback(saved, tmp_path):
     model = damage("truncated", saved, tmp_path)
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
