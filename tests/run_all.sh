@@ -28,6 +28,8 @@
 #   PYTHON=python3.11  interpreter used to create the venv (default: python3)
 #   PARALLEL=0         run the backends one after the other, output live
 #   COVERAGE=0         no coverage measurement (default: on, except --quick)
+#   TF_WORKERS=1       pytest-xdist workers for the TensorFlow run (default 2;
+#                      not in --quick)
 #   XLA_FLAGS          default --xla_force_host_platform_device_count=4 (4
 #                      virtual CPU devices for JAX) and XLA's cheapest code
 #                      generation, only if not already set
@@ -43,6 +45,7 @@ PYTHON="${PYTHON:-python3}"
 REUSE_VENV="${REUSE_VENV:-0}"
 PARALLEL="${PARALLEL:-1}"
 COVERAGE="${COVERAGE:-1}"
+TF_WORKERS="${TF_WORKERS:-2}"
 
 declare -a pytest_args=()
 quick=0
@@ -120,20 +123,32 @@ run_backend() {
     if [[ "$COVERAGE" == "1" ]]; then
         cov=(--cov=keras_transformer --cov=training --cov-branch --cov-report=)
     fi
+    # The TensorFlow run is the longest (tracing graphs is slow Python): two
+    # pytest-xdist workers, a test file each at a time, so that it uses both
+    # cores once the other backends are done.
+    local -a workers=()
+    if [[ "$backend" == "tensorflow" && "$TF_WORKERS" -gt 1 && $quick -eq 0 ]]; then
+        workers=(-n "$TF_WORKERS" --dist loadfile)
+    fi
+    # PyTorch side by side with the others: one OpenMP thread (its CPU
+    # kernels). The runs already keep the cores busy, and OpenMP threads
+    # spinning for work slowed PyTorch's run down several times over. (The
+    # setting was on when one TensorFlow test ran four times slower.)
+    local -a threads=()
+    if [[ "$backend" == "torch" && "$PARALLEL" == "1" ]]; then
+        threads=(OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}")
+    fi
     # --durations: the slowest tests, to see where the suite's time goes.
-    COVERAGE_FILE="$repo_root/.coverage.$backend" KERAS_BACKEND="$backend" \
-        "$py" -m pytest --durations=15 "${cov[@]}" "${pytest_args[@]}" || rc=$?
+    env "${threads[@]}" COVERAGE_FILE="$repo_root/.coverage.$backend" \
+        KERAS_BACKEND="$backend" \
+        "$py" -m pytest --durations=15 "${workers[@]}" "${cov[@]}" \
+        "${pytest_args[@]}" || rc=$?
     echo "$rc" >"$logs/$backend.rc"
     echo "$((SECONDS - start))" >"$logs/$backend.took"
 }
 
 tests_start=$SECONDS
 if [[ "$PARALLEL" == "1" ]]; then
-    # One OpenMP thread per process (PyTorch's CPU kernels): the runs side by
-    # side already keep the cores busy, and OpenMP threads spinning for work
-    # slowed PyTorch's run down several times over. (One TensorFlow thread
-    # made TensorFlow slower.) A setting already in the environment wins.
-    export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
     echo
     echo "==> running the backends side by side: $BACKENDS (output follows each)"
     declare -A pids=()

@@ -263,7 +263,7 @@ def _latest_position(folder):
 
 
 @pytest.mark.slow
-@pytest.mark.once("jax")
+@pytest.mark.once
 def test_resume_after_kill_continues_from_last_checkpoint(tmp_path, capsys):
     argv = [*NUMBERS, *SMALL, "--train-size", "200", "--batch-tokens", "128"]
     argv += ["--dropout", "0", "--epochs", "2", "--checkpoint-steps", "1"]
