@@ -425,3 +425,28 @@ def test_empty_streamed_sequences_are_refused_after_a_retrace(trained):
             model.predict(Batches([(x,), (empty,)]), verbose=0)
         with pytest.raises(Exception, match=r"at least one token"):
             model.fit(Batches([(x, y), (empty, y)]), verbose=0, shuffle=False)
+
+
+@pytest.mark.skipif(BACKEND != "torch", reason="torch.compile is PyTorch's")
+def test_range_check_inside_torch_compile_raises_the_eager_error():
+    """Inside ``torch.compile`` the id check runs outside the compiled graph
+    (``torch.compiler.disable``) on the real values, so a compiled step raises
+    the ValueError of an eager one. ``backend="eager"``: dynamo's graph
+    capture, which is what splits the graph, in a second; the full inductor
+    path (a minute or more of C++ compilation) is
+    test_model.py::test_compiled_training_under_mixed_bfloat16."""
+    import torch
+
+    from keras_transformer import _checks
+
+    def step(ids):
+        return (
+            _checks.check_range(ids, 0, 5, "ids from {lo} to {hi}, not in [0, 5)") * 2
+        )
+
+    compiled = torch.compile(step, backend="eager")
+    np.testing.assert_array_equal(
+        compiled(torch.tensor([[0, 4, 2]])).numpy(), [[0, 8, 4]]
+    )
+    with pytest.raises(ValueError, match=r"ids from 1 to 5, not in \[0, 5\)"):
+        compiled(torch.tensor([[1, 5, 2]]))
