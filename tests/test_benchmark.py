@@ -525,3 +525,21 @@ def test_main_all_backends(monkeypatch, capsys):
     out = capsys.readouterr().out
     rows = _parse_table(out[out.index("| backend") :])
     assert [r["MFU"] for r in rows] == ["100.0 %"] * 3
+
+
+@pytest.mark.once
+def test_time_call_times_a_first_call_then_the_median_of_the_repeats(monkeypatch):
+    from training import benchmark_decoding
+
+    # A fake clock: the first call takes 10 s, the repeats 1, 5 and 2 s.
+    durations = iter([10.0, 1.0, 5.0, 2.0])
+    clock = [0.0]
+    calls = []
+
+    def fn():
+        calls.append(1)
+        clock[0] += next(durations)
+
+    monkeypatch.setattr(benchmark_decoding.time, "perf_counter", lambda: clock[0])
+    assert benchmark_decoding.time_call(fn, repeats=3) == (10.0, 2.0)
+    assert len(calls) == 4
