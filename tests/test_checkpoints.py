@@ -173,8 +173,8 @@ def test_checkpointer_records_position(tmp_path):
     assert "loss" in states[8]["logs"]
 
     # A stopped epoch records how far it got, counting batches trained
-    # before this fit (first_batch).
-    model = small_model()
+    # before this fit (first_batch). (The same model: its weights do not
+    # matter here, and a new one would compile its steps again.)
     for length, expected in ((12, (0, 10)), (10, (1, 0))):
         checkpointer = Checkpointer(tmp_path / str(length), epoch_length=length)
         checkpointer.first_batch = 6

@@ -255,6 +255,10 @@ def test_bad_streamed_batch_in_fit_keeps_last_completed_step(shared, fault):
 @pytest.mark.skipif(
     BACKEND == "torch", reason="Keras refuses steps_per_execution > 1 on PyTorch"
 )
+# On TensorFlow, under coverage's tracer and the other backends side by side,
+# this test took 128 s instead of 34 s; the lines it runs there are those of
+# the single-step tests above (JAX's run measures it).
+@(pytest.mark.no_cover if BACKEND == "tensorflow" else lambda test: test)
 def test_bad_batch_inside_a_multi_step_execution_keeps_the_step_before(shared):
     """steps_per_execution=2: the bad fourth batch shares an execution with
     the good third, whose weights no callback sees. The reference is a twin
