@@ -132,8 +132,8 @@ run_backend() {
     fi
     # PyTorch side by side with the others: one OpenMP thread (its CPU
     # kernels). The runs already keep the cores busy, and OpenMP threads
-    # spinning for work slowed PyTorch's run down several times over. (The
-    # setting was on when one TensorFlow test ran four times slower.)
+    # spinning for work slowed PyTorch's run down several times over.
+    # (TensorFlow keeps its own thread pools: one thread made it slower.)
     local -a threads=()
     if [[ "$backend" == "torch" && "$PARALLEL" == "1" ]]; then
         threads=(OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}")
