@@ -6,15 +6,24 @@ TensorFlow, and an eager loop under ``torch.no_grad()`` on PyTorch. Callers
 pad sources and output lengths to a few bucket sizes (``Translator`` does)
 so that a new input length does not mean a new compilation.
 
-Two ways to compute the next token's logits, chosen by ``use_cache``:
+The search knows the model only through its public methods, so any model
+that has them can be searched:
 
-- cached (default): the source is encoded once, each decoder layer's
-  cross-attention keys and values are projected once, and each self-attention
-  layer keeps the keys and values of the tokens generated so far, so a step
-  runs the decoder on one position (``DecoderBlock.decode_step``).
-- uncached: every step runs the whole functional model on the source and the
-  target prefix, as training does. It is there to check the cached path
-  against, and the tests check that both give the same tokens.
+- ``encode(source_ids) -> (encoder_outputs, encoder_mask)``;
+- cached (``use_cache=True``, the default):
+  ``initial_cache(encoder_outputs, max_length) -> (self_cache, cross_cache)``
+  and ``decode_step(token_ids, index, self_cache, cross_cache, encoder_mask)
+  -> (logits, self_cache)``: the source is encoded once, each decoder layer's
+  cross-attention keys and values are projected once, and each
+  self-attention layer keeps the keys and values of the tokens generated so
+  far, so a step runs the decoder on one position;
+- uncached: ``decode(prefix, encoder_outputs, encoder_mask) -> logits``, the
+  decoder on the whole prefix at every step, as in training. It is there to
+  check the cached path against, and the tests check that both give the
+  same tokens.
+
+The special ids (``start_id``, ``end_id``, ``pad_id``) are arguments;
+``Translator`` passes its tokenizer's.
 
 Beam search (the paper, §6.1: "beam search with a beam size of 4 and length
 penalty α = 0.6") keeps ``beam_size`` hypotheses per input. A hypothesis that
@@ -29,17 +38,17 @@ when its whole beam is finished. Keeping finished hypotheses in the beam makes
 it has no length penalty and no finished hypotheses (it always runs to the
 maximum length and ranks by the raw log-probability).
 
-The pad and start tokens are never generated: neither occurs inside a target
+The pad and start ids are never generated: neither occurs inside a target
 sentence.
 """
+
+import collections
 
 import keras
 import numpy as np
 from keras import ops
 
-from keras_transformer.data.tokenizer import END_ID, PAD_ID, START_ID
-from keras_transformer.layers.attention import call_inference
-from keras_transformer.layers.position import sinusoidal_table
+from keras_transformer.special_tokens import END_ID, PAD_ID, START_ID
 
 # Log-probability of an impossible candidate. Finite, so that arithmetic on it
 # (sums, divisions by the length penalty) never makes a NaN.
@@ -57,83 +66,46 @@ def length_penalty(length, alpha):
 # -- one decoding step, with and without a cache ----------------------------------
 
 
-class _CachedStep:
-    """Next-token logits from a key/value cache (one decoder position per step)."""
+def _cached_step(model, source_ids, max_length):
+    """``(step, initial_state)``: next-token logits from a key/value cache."""
+    encoder_outputs, encoder_mask = model.encode(source_ids)
+    self_cache, cross_cache = model.initial_cache(encoder_outputs, max_length)
 
-    def __init__(self, model, source_ids, max_length):
-        _, self.embedding = model._embeddings()
-        self.blocks = model._blocks("decoder")
-        self.norm = model._part("decoder_norm")
-        position = model._part("decoder_position")
-        d_model = self.embedding.d_model
-        # §3.5: the positional encoding of every position the loop can reach,
-        # computed once; a step takes its row.
-        self.positions = ops.cast(
-            sinusoidal_table(ops.arange(max_length), d_model, position.base),
-            self.embedding.compute_dtype,
-        )
-        encoder_outputs, self.encoder_mask = model.encode(source_ids)
-        # Cross-attention keys and values depend on the source only.
-        self.cross = [
-            block.cross_attention_key_value(encoder_outputs) for block in self.blocks
-        ]
-        rows = ops.shape(source_ids)[0]
-        self.initial_state = []
-        for block in self.blocks:
-            attention = block.self_attention
-            shape = (rows, attention.num_heads, max_length, attention.d_k)
-            zeros = ops.zeros(shape, block.compute_dtype)
-            self.initial_state.append((zeros, zeros))
+    def step(tokens, index, state):
+        return model.decode_step(tokens, index, state, cross_cache, encoder_mask)
 
-    def __call__(self, tokens, index, state):
-        """``tokens`` ``(B,)`` at position ``index`` -> logits ``(B, V)``, state."""
-        x = self.embedding.lookup(tokens[:, None])  # (B, 1, d_model)
-        x = x + ops.take(self.positions, index, axis=0)
-        new_state = []
-        for block, cache, cross in zip(self.blocks, state, self.cross, strict=True):
-            x, cache = block.decode_step(x, index, cache, cross, self.encoder_mask)
-            new_state.append(cache)
-        if self.norm is not None:
-            x = call_inference(self.norm, x)
-        logits = call_inference(self.embedding, x, reverse=True)  # (B, 1, V), f32
-        return logits[:, 0], new_state
+    return step, self_cache
 
 
-class _UncachedStep:
-    """Next-token logits from the whole model on the whole prefix (no cache)."""
+def _uncached_step(model, source_ids, max_length):
+    """``(step, initial_state)``: next-token logits from the decoder on the
+    whole prefix; the state is the decoder input, the prefix then padding."""
+    encoder_outputs, encoder_mask = model.encode(source_ids)
+    rows = ops.shape(source_ids)[0]
 
-    def __init__(self, model, source_ids, max_length):
-        self.model = model
-        self.source_ids = source_ids
-        rows = ops.shape(source_ids)[0]
-        # The state is the decoder input: the prefix, then padding.
-        self.initial_state = ops.zeros((rows, max_length), "int32")
-
-    def __call__(self, tokens, index, state):
+    def step(tokens, index, state):
         columns = ops.arange(ops.shape(state)[1])
         state = ops.where(
             ops.equal(columns, index)[None, :],
             ops.cast(tokens, "int32")[:, None],
             state,
         )
-        logits = self.model(
-            {"encoder_inputs": self.source_ids, "decoder_inputs": state},
-            training=False,
-        )  # (B, T, V): position t only sees positions <= t (causal mask)
+        # (B, T, V): position t only sees positions <= t (causal mask).
+        logits = model.decode(state, encoder_outputs, encoder_mask)
         return ops.take(logits, index, axis=1), state
+
+    return step, ops.zeros((rows, max_length), "int32")
 
 
 def _step_function(model, source_ids, max_length, use_cache):
-    step = _CachedStep if use_cache else _UncachedStep
+    step = _cached_step if use_cache else _uncached_step
     return step(model, source_ids, max_length)
 
 
-def _log_probs(logits):
+def _log_probs(logits, ids):
     """Log-softmax over the vocabulary with pad and start made impossible."""
-    vocab = ops.shape(logits)[-1]
-    banned = ops.logical_or(
-        ops.equal(ops.arange(vocab), PAD_ID), ops.equal(ops.arange(vocab), START_ID)
-    )
+    vocab = ops.arange(ops.shape(logits)[-1])
+    banned = ops.logical_or(ops.equal(vocab, ids.pad), ops.equal(vocab, ids.start))
     logits = ops.where(banned, IMPOSSIBLE, logits)
     return ops.log_softmax(logits, axis=-1)
 
@@ -153,8 +125,8 @@ def _stops(tokens, index, max_lengths, end_id):
 # -- the two searches, as functions of tensors -------------------------------------
 
 
-def _greedy(model, source_ids, max_lengths, max_length, use_cache, end_id):
-    step = _step_function(model, source_ids, max_length, use_cache)
+def _greedy(model, source_ids, max_lengths, max_length, use_cache, ids):
+    step, initial_state = _step_function(model, source_ids, max_length, use_cache)
     rows = ops.shape(source_ids)[0]
     columns = ops.arange(max_length)
     steps = ops.max(max_lengths)
@@ -164,34 +136,32 @@ def _greedy(model, source_ids, max_lengths, max_length, use_cache, end_id):
 
     def body(index, tokens, output, scores, done, state):
         logits, state = step(tokens, index, state)
-        log_probs = _log_probs(logits)
+        log_probs = _log_probs(logits, ids)
         chosen = ops.cast(ops.argmax(log_probs, axis=-1), "int32")
-        chosen = ops.where(done, PAD_ID, chosen)
+        chosen = ops.where(done, ids.pad, chosen)
         gain = ops.take_along_axis(log_probs, chosen[:, None], axis=1)[:, 0]
         scores = scores + ops.where(done, 0.0, gain)
         output = ops.where(_at_column(columns, index), chosen[:, None], output)
-        done = ops.logical_or(done, _stops(chosen, index, max_lengths, end_id))
+        done = ops.logical_or(done, _stops(chosen, index, max_lengths, ids.end))
         return index + 1, chosen, output, scores, done, state
 
     start = (
         ops.convert_to_tensor(0, "int32"),
-        ops.full((rows,), START_ID, "int32"),
-        ops.zeros((rows, max_length), "int32"),
+        ops.full((rows,), ids.start, "int32"),
+        ops.full((rows, max_length), ids.pad, "int32"),
         ops.zeros((rows,), "float32"),
         ops.less_equal(max_lengths, 0),
-        step.initial_state,
+        initial_state,
     )
     _, _, output, scores, _, _ = ops.while_loop(cond, body, start)
     return output, scores
 
 
-def _beam(
-    model, source_ids, max_lengths, max_length, use_cache, end_id, beam_size, alpha
-):
+def _beam(model, source_ids, max_lengths, max_length, use_cache, ids, beam_size, alpha):
     rows = ops.shape(source_ids)[0]
     k = beam_size
     # Every hypothesis is a row of the decoder's batch: (B * K, ...).
-    step = _step_function(
+    step, initial_state = _step_function(
         model, ops.repeat(source_ids, k, axis=0), max_length, use_cache
     )
     columns = ops.arange(max_length)
@@ -207,12 +177,12 @@ def _beam(
 
     def body(index, tokens, output, log_probs, lengths, finished, state):
         logits, state = step(tokens, index, state)
-        step_log_probs = _log_probs(logits)
+        step_log_probs = _log_probs(logits, ids)
         vocab = ops.shape(step_log_probs)[-1]
         step_log_probs = ops.reshape(step_log_probs, (rows, k, vocab))
         # A finished hypothesis has one candidate: itself, unchanged (its
         # "next token" is padding, at no cost).
-        carry_over = ops.where(ops.equal(ops.arange(vocab), PAD_ID), 0.0, IMPOSSIBLE)
+        carry_over = ops.where(ops.equal(ops.arange(vocab), ids.pad), 0.0, IMPOSSIBLE)
         step_log_probs = ops.where(
             finished[:, :, None], carry_over[None, None, :], step_log_probs
         )
@@ -229,9 +199,9 @@ def _beam(
         )
         parent_finished = ops.take_along_axis(finished, parents, axis=1)
         lengths = ops.take_along_axis(candidate_lengths, parents, axis=1)
-        chosen = ops.where(parent_finished, PAD_ID, chosen)
+        chosen = ops.where(parent_finished, ids.pad, chosen)
         finished = ops.logical_or(
-            parent_finished, _stops(chosen, index, limits, end_id)
+            parent_finished, _stops(chosen, index, limits, ids.end)
         )
         # Each kept hypothesis continues its parent's tokens, cache and state.
         output = ops.take_along_axis(output, parents[:, :, None], axis=1)
@@ -255,12 +225,12 @@ def _beam(
     first = ops.equal(ops.arange(k), 0)[None, :]
     start = (
         ops.convert_to_tensor(0, "int32"),
-        ops.full((rows * k,), START_ID, "int32"),
-        ops.zeros((rows, k, max_length), "int32"),
+        ops.full((rows * k,), ids.start, "int32"),
+        ops.full((rows, k, max_length), ids.pad, "int32"),
         ops.where(first, 0.0, IMPOSSIBLE) + ops.zeros((rows, k), "float32"),
         ops.zeros((rows, k), "int32"),
         ops.logical_and(ops.less_equal(limits, 0), ops.ones((rows, k), "bool")),
-        step.initial_state,
+        initial_state,
     )
     _, _, output, log_probs, lengths, _, _ = ops.while_loop(cond, body, start)
     scores = log_probs / length_penalty(ops.cast(lengths, "float32"), alpha)
@@ -276,7 +246,7 @@ def _compile(model, fn):
     if backend == "jax":
         import jax
 
-        variables = model.variables
+        variables = list(getattr(model, "variables", []))
 
         @jax.jit
         def run(values, *args):
@@ -327,10 +297,15 @@ def _check_inputs(model, source_ids, max_lengths, max_length):
             "source_ids must be a 2-D integer array (batch, length). "
             f"Received: shape={source_ids.shape}, dtype={source_ids.dtype}"
         )
-    limits = model._limits()
-    vocab_size, source_limit = limits["encoder_inputs"]
-    _, target_limit = limits["decoder_inputs"]
-    if source_ids.size and (source_ids.min() < 0 or source_ids.max() >= vocab_size):
+    # A model of one's own may lack these attributes: then the model's own
+    # layers check what they can.
+    vocab_size = getattr(model, "src_vocab_size", None)
+    source_limit = target_limit = getattr(model, "max_length", None)
+    if (
+        vocab_size is not None
+        and source_ids.size
+        and (source_ids.min() < 0 or source_ids.max() >= vocab_size)
+    ):
         raise ValueError(
             f"Token ids must be in [0, {vocab_size}) (vocab_size={vocab_size}). "
             f"Received ids from {source_ids.min()} to {source_ids.max()}."
@@ -361,39 +336,63 @@ def _numpy(x):
     return np.asarray(ops.convert_to_numpy(x))
 
 
+_Ids = collections.namedtuple("_Ids", "start end pad")
+
+
+def _special_ids(start_id, end_id, pad_id):
+    for name, value in (("start_id", start_id), ("pad_id", pad_id), ("end_id", end_id)):
+        if value is None and name == "end_id":
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+            raise TypeError(f"{name} must be an int. Received: {name}={value!r}")
+    return _Ids(int(start_id), None if end_id is None else int(end_id), int(pad_id))
+
+
 def greedy_search(
-    model, source_ids, max_lengths, max_length=None, use_cache=True, end_id=END_ID
+    model,
+    source_ids,
+    max_lengths,
+    max_length=None,
+    use_cache=True,
+    start_id=START_ID,
+    end_id=END_ID,
+    pad_id=PAD_ID,
 ):
     """Greedy decoding: the most probable next token at every step.
 
     Args:
-        model: a ``Transformer`` from ``build_model``.
-        source_ids: ``(B, S)`` int array of source ids, 0-padded.
+        model: a ``Transformer``, or any model with the methods listed in
+            this module's docstring.
+        source_ids: ``(B, S)`` int array of source ids, ``pad_id``-padded.
         max_lengths: int or ``(B,)`` ints: the most tokens to generate per
             row (the end token included). 0 generates nothing.
         max_length: int, the width of the output and of the cache (default
             ``max(max_lengths)``). A fixed value (a bucket) lets the compiled
             loop serve many calls. At most the model's ``max_length``.
         use_cache: bool, decode with the key/value cache (default) or run
-            the whole model on the prefix at every step.
+            the decoder on the whole prefix at every step.
+        start_id: the first decoder input of every row.
         end_id: the token that ends a hypothesis, or None to always generate
             ``max_lengths`` tokens (for benchmarks; the end token is then an
             ordinary token).
+        pad_id: the padding id: never generated, and what follows a
+            finished row.
 
     Returns:
         ``(tokens, scores)``: ``(B, max_length)`` int32 NumPy array, the
-        generated tokens of each row followed by 0; and ``(B,)`` float32,
-        each row's log-probability ``log P(Y | X)``.
+        generated tokens of each row followed by ``pad_id``; and ``(B,)``
+        float32, each row's log-probability ``log P(Y | X)``.
     """
+    ids = _special_ids(start_id, end_id, pad_id)
     source_ids, max_lengths, max_length = _check_inputs(
         model, source_ids, max_lengths, max_length
     )
-    key = ("greedy", max_length, bool(use_cache), end_id)
+    key = ("greedy", max_length, bool(use_cache), ids)
     run = _compiled_search(
         model,
         key,
         lambda src, lengths: _greedy(
-            model, src, lengths, max_length, bool(use_cache), end_id
+            model, src, lengths, max_length, bool(use_cache), ids
         ),
     )
     tokens, scores = run(source_ids, max_lengths)
@@ -408,13 +407,15 @@ def beam_search(
     length_penalty=0.6,
     max_length=None,
     use_cache=True,
+    start_id=START_ID,
     end_id=END_ID,
+    pad_id=PAD_ID,
 ):
     """Beam search with the GNMT length penalty (paper §6.1: 4 beams, α = 0.6).
 
     Args:
-        model, source_ids, max_lengths, max_length, use_cache, end_id: as for
-            ``greedy_search``.
+        model, source_ids, max_lengths, max_length, use_cache, start_id,
+            end_id, pad_id: as for ``greedy_search``.
         beam_size: int >= 1, hypotheses kept per input. 1 is greedy search.
         length_penalty: float >= 0, α of ``((5 + |Y|) / 6) ** α``;
             0 ranks by log-probability alone, larger values favour longer
@@ -422,22 +423,23 @@ def beam_search(
 
     Returns:
         ``(tokens, scores, log_probs)``: ``(B, beam_size, max_length)`` int32,
-        each row's hypotheses best first (tokens followed by 0); their
-        scores ``log P(Y | X) / lp(Y)`` ``(B, beam_size)``, and their
+        each row's hypotheses best first (tokens followed by ``pad_id``);
+        their scores ``log P(Y | X) / lp(Y)`` ``(B, beam_size)``, and their
         log-probabilities. A hypothesis that could not be filled (a
         vocabulary smaller than the beam) has a score below -1e29.
     """
     beam_size = check_beam_size(beam_size)
     alpha = check_length_penalty(length_penalty)
+    ids = _special_ids(start_id, end_id, pad_id)
     source_ids, max_lengths, max_length = _check_inputs(
         model, source_ids, max_lengths, max_length
     )
-    key = ("beam", max_length, bool(use_cache), end_id, beam_size)
+    key = ("beam", max_length, bool(use_cache), ids, beam_size)
     run = _compiled_search(
         model,
         key,
         lambda src, lengths, a: _beam(
-            model, src, lengths, max_length, bool(use_cache), end_id, beam_size, a
+            model, src, lengths, max_length, bool(use_cache), ids, beam_size, a
         ),
     )
     tokens, scores, log_probs = run(

@@ -8,6 +8,8 @@ import numpy as np
 from keras import ops
 
 from keras_transformer import _checks, _fault_safe
+from keras_transformer.layers import masks
+from keras_transformer.layers.attention import call_sublayer
 from keras_transformer.layers.blocks import DecoderBlock, EncoderBlock
 from keras_transformer.layers.embedding import TokenEmbedding
 from keras_transformer.layers.position import SinusoidalEncoding
@@ -51,58 +53,162 @@ INPUT_NAMES = ("encoder_inputs", "decoder_inputs")
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class Transformer(keras.Model):
-    """The functional encoder-decoder built by ``build_model``.
+    """The encoder-decoder Transformer (§3, Figure 1) as a functional model.
 
-    A plain functional model, plus input checks that give the same clear error
-    on every backend before any work starts: token ids must be integers inside
-    the vocabulary, no longer than ``max_length``, and the two inputs (and the
-    targets) must have the same number of rows. Checks run on the eager call
-    and on NumPy data given to ``fit``, ``evaluate`` and ``predict``; inside
-    compiled steps fed by datasets the layers' own checks apply.
+    The model creates its parts (embeddings, positional encodings, the
+    ``encoder_blocks`` and ``decoder_blocks``, the final norms of pre-LN) and
+    wires the functional graph from the same two methods that ``encode`` and
+    ``decode`` run, so that the training graph, the two halves and the cached
+    decoding step (``decode_step``) are one definition. ``build_model`` is the
+    usual way to make one, from a named configuration.
+
+    Args:
+        src_vocab_size: int, source vocabulary size (ids ``0..V-1``, 0 = pad).
+        tgt_vocab_size: int, target vocabulary size; defaults to
+            ``src_vocab_size``.
+        num_layers, d_model, num_heads, d_ff, dropout, attention_dropout,
+        share_embeddings, norm_first, max_length, layer_norm_epsilon: as in
+            ``TransformerConfig``.
+        dtype: optional dtype policy for every layer (e.g.
+            ``"mixed_bfloat16"``); defaults to the global policy.
+        **kwargs: ``keras.Model`` arguments (``name``, ``trainable``).
+
+    Inputs ``{"encoder_inputs": (B, S) int, "decoder_inputs": (B, T) int}``;
+    output: logits ``(B, T, tgt_vocab_size)`` in float32, carrying the decoder
+    padding mask (so Keras losses and metrics skip padded positions).
+
+    Token ids are checked before any work starts, with the same clear error on
+    every backend: integers inside the vocabulary, no longer than
+    ``max_length``, and the two inputs (and the targets) with the same number
+    of rows. Checks run on the eager call and on NumPy data given to ``fit``,
+    ``evaluate`` and ``predict``; inside compiled steps fed by datasets the
+    layers' own checks apply.
     """
 
+    def __init__(
+        self,
+        src_vocab_size,
+        tgt_vocab_size=None,
+        num_layers=6,
+        d_model=512,
+        num_heads=8,
+        d_ff=2048,
+        dropout=0.1,
+        attention_dropout=0.0,
+        share_embeddings=True,
+        norm_first=False,
+        max_length=512,
+        layer_norm_epsilon=1e-6,
+        dtype=None,
+        **kwargs,
+    ):
+        tgt_vocab_size = src_vocab_size if tgt_vocab_size is None else tgt_vocab_size
+        if share_embeddings and tgt_vocab_size != src_vocab_size:
+            raise ValueError(
+                "share_embeddings=True needs one joint vocabulary. Received: "
+                f"src_vocab_size={src_vocab_size}, tgt_vocab_size={tgt_vocab_size}"
+            )
+        if not isinstance(num_layers, int) or num_layers < 1:
+            raise ValueError(
+                f"num_layers must be a positive integer. Received: {num_layers}"
+            )
+        parts = _Parts(
+            src_vocab_size,
+            tgt_vocab_size,
+            num_layers,
+            dict(
+                d_model=d_model,
+                num_heads=num_heads,
+                d_ff=d_ff,
+                dropout=dropout,
+                attention_dropout=attention_dropout,
+                norm_first=norm_first,
+                layer_norm_epsilon=layer_norm_epsilon,
+            ),
+            share_embeddings,
+            max_length,
+            dtype,
+        )
+        encoder_inputs = keras.Input(
+            shape=(None,), dtype="int32", name="encoder_inputs"
+        )
+        decoder_inputs = keras.Input(
+            shape=(None,), dtype="int32", name="decoder_inputs"
+        )
+        encoder_outputs, encoder_mask, _ = parts.encoder(encoder_inputs)
+        logits, _ = parts.decoder(decoder_inputs, encoder_outputs, encoder_mask)
+        super().__init__(
+            inputs={"encoder_inputs": encoder_inputs, "decoder_inputs": decoder_inputs},
+            outputs=logits,
+            **kwargs,
+        )
+        # The parts become attributes once the model is initialised (PyTorch
+        # modules cannot take sub-modules before): the functional graph
+        # already tracks them, so they are saved once, under their names.
+        self._parts = parts
+        self.source_embedding = parts.source_embedding
+        self.target_embedding = parts.target_embedding
+        self.encoder_position = parts.encoder_position
+        self.decoder_position = parts.decoder_position
+        self.encoder_blocks = parts.encoder_blocks
+        self.decoder_blocks = parts.decoder_blocks
+        self.encoder_norm = parts.encoder_norm
+        self.decoder_norm = parts.decoder_norm
+        self.src_vocab_size = src_vocab_size
+        self.tgt_vocab_size = tgt_vocab_size
+        self.num_layers = num_layers
+        self.d_model = d_model
+        self.num_heads = num_heads
+        self.d_ff = d_ff
+        self.dropout = dropout
+        self.attention_dropout = attention_dropout
+        self.share_embeddings = bool(share_embeddings)
+        self.norm_first = bool(norm_first)
+        self.max_length = max_length
+        self.layer_norm_epsilon = layer_norm_epsilon
+
+    def get_config(self):
+        return {
+            "name": self.name,
+            "trainable": self.trainable,
+            "dtype": keras.dtype_policies.serialize(self.target_embedding.dtype_policy),
+            "src_vocab_size": self.src_vocab_size,
+            "tgt_vocab_size": self.tgt_vocab_size,
+            "num_layers": self.num_layers,
+            "d_model": self.d_model,
+            "num_heads": self.num_heads,
+            "d_ff": self.d_ff,
+            "dropout": self.dropout,
+            "attention_dropout": self.attention_dropout,
+            "share_embeddings": self.share_embeddings,
+            "norm_first": self.norm_first,
+            "max_length": self.max_length,
+            "layer_norm_epsilon": self.layer_norm_epsilon,
+        }
+
+    @classmethod
+    def from_config(cls, config):
+        if "layers" in config and "input_layers" in config:
+            config = _arguments_from_functional_config(config)
+        config = dict(config)
+        if isinstance(config.get("dtype"), dict):
+            config["dtype"] = keras.dtype_policies.deserialize(config["dtype"])
+        return cls(**config)
+
     def _limits(self):
-        """{input name: (vocab_size, max_length)} read off the layers."""
-        names = {layer.name for layer in self.layers}
-        limits = {}
-        for name, prefix, own in (
-            ("encoder_inputs", "encoder", "source_embedding"),
-            ("decoder_inputs", "decoder", "target_embedding"),
-        ):
-            embedding = self.get_layer(own if own in names else "shared_embedding")
-            position = self.get_layer(f"{prefix}_position")
-            limits[name] = (embedding.vocab_size, position.max_length)
-        return limits
+        """{input name: (vocab_size, max_length)}."""
+        return {
+            "encoder_inputs": (self.src_vocab_size, self.max_length),
+            "decoder_inputs": (self.tgt_vocab_size, self.max_length),
+        }
 
     # -- the two halves, for decoding and inspection -------------------------
 
-    def _part(self, name):
-        """The layer called ``name``, or None (e.g. no final norm in post-LN)."""
-        for layer in self.layers:
-            if layer.name == name:
-                return layer
-        return None
-
-    def _embeddings(self):
-        shared = self._part("shared_embedding")
-        if shared is not None:
-            return shared, shared
-        return self._part("source_embedding"), self._part("target_embedding")
-
-    def _blocks(self, prefix):
-        blocks = []
-        while (block := self._part(f"{prefix}_block_{len(blocks)}")) is not None:
-            blocks.append(block)
-        return blocks
-
     def encode(self, encoder_inputs, return_attention_scores=False):
-        """The encoder half of the model, in inference mode.
-
-        Runs the same layers as the functional graph, with the padding mask
-        passed explicitly, so that a decoder can encode a source once.
+        """The encoder half, in inference mode: encode a source once.
 
         Args:
-            encoder_inputs: ``(B, S)`` int source ids, 0 = padding.
+            encoder_inputs: ``(B, S)`` int source ids, ``PAD_ID`` = padding.
             return_attention_scores: also return each encoder layer's
                 self-attention weights.
 
@@ -111,18 +217,11 @@ class Transformer(keras.Model):
             ``(B, S)`` boolean padding mask; with ``return_attention_scores``,
             a third item, a list of ``(B, num_heads, S, S)`` per layer.
         """
-        embedding, _ = self._embeddings()
-        mask = ops.not_equal(encoder_inputs, 0)
-        x = self._part("encoder_position")(embedding(encoder_inputs))
-        scores = []
-        for block in self._blocks("encoder"):
-            x = block(x, mask=mask, return_attention_scores=return_attention_scores)
-            if return_attention_scores:
-                x, weights = x
-                scores.append(weights)
-        norm = self._part("encoder_norm")
-        if norm is not None:
-            x = norm(x)
+        x, mask, scores = self._parts.encoder(
+            encoder_inputs,
+            training=False,
+            return_attention_scores=return_attention_scores,
+        )
         return (x, mask, scores) if return_attention_scores else (x, mask)
 
     def decode(
@@ -132,43 +231,83 @@ class Transformer(keras.Model):
         encoder_mask,
         return_attention_scores=False,
     ):
-        """The decoder half of the model, in inference mode.
+        """The decoder half, in inference mode.
 
         Args:
-            decoder_inputs: ``(B, T)`` int target ids, ``START_ID`` first.
+            decoder_inputs: ``(B, T)`` int target ids, the start id first.
             encoder_outputs, encoder_mask: from ``encode``.
             return_attention_scores: also return each decoder layer's
                 self-attention and cross-attention weights.
 
         Returns:
-            Logits ``(B, T, tgt_vocab_size)``, float32 (the functional
-            model's output); with ``return_attention_scores``, also two lists
-            per layer: self-attention ``(B, num_heads, T, T)`` and
-            cross-attention ``(B, num_heads, T, S)`` weights.
+            Logits ``(B, T, tgt_vocab_size)``, float32; with
+            ``return_attention_scores``, also two lists per layer:
+            self-attention ``(B, num_heads, T, T)`` and cross-attention
+            ``(B, num_heads, T, S)`` weights.
         """
-        _, embedding = self._embeddings()
-        mask = ops.not_equal(decoder_inputs, 0)
-        y = self._part("decoder_position")(embedding(decoder_inputs))
-        self_scores, cross_scores = [], []
-        for block in self._blocks("decoder"):
-            y = block(
-                y,
-                encoder_outputs,
-                decoder_sequence_mask=mask,
-                encoder_sequence_mask=encoder_mask,
-                return_attention_scores=return_attention_scores,
-            )
-            if return_attention_scores:
-                y, (self_weights, cross_weights) = y
-                self_scores.append(self_weights)
-                cross_scores.append(cross_weights)
-        norm = self._part("decoder_norm")
-        if norm is not None:
-            y = norm(y)
-        logits = embedding(y, reverse=True)
+        logits, scores = self._parts.decoder(
+            decoder_inputs,
+            encoder_outputs,
+            encoder_mask,
+            training=False,
+            return_attention_scores=return_attention_scores,
+        )
         if return_attention_scores:
-            return logits, self_scores, cross_scores
+            return logits, [s for s, _ in scores], [c for _, c in scores]
         return logits
+
+    def initial_cache(self, encoder_outputs, max_length):
+        """The decoding cache of ``decode_step`` for a batch of encoded sources.
+
+        Args:
+            encoder_outputs: ``(B, S, d_model)``, from ``encode``.
+            max_length: int, the most positions the decoder will reach.
+
+        Returns:
+            ``(self_attention_cache, cross_attention_cache)``: per decoder
+            layer, ``(keys, values)``; the self-attention ones
+            ``(B, max_length, num_heads, d_k)`` zeros, the cross-attention
+            ones those of the encoder output, ``(B, S, num_heads, d_k)``.
+            Only the first changes from step to step.
+        """
+        rows = ops.shape(encoder_outputs)[0]
+        self_cache, cross_cache = [], []
+        for block in self.decoder_blocks:
+            attention = block.self_attention
+            shape = (rows, max_length, attention.num_heads, attention.d_k)
+            zeros = ops.zeros(shape, block.compute_dtype)
+            self_cache.append((zeros, zeros))
+            cross_cache.append(block.compute_cross_attention_cache(encoder_outputs))
+        return tuple(self_cache), tuple(cross_cache)
+
+    def decode_step(self, token_ids, index, self_cache, cross_cache, encoder_mask):
+        """One step of incremental decoding, in inference mode (§3.2.3).
+
+        The tokens at position ``index`` attend to themselves and to the cached
+        keys and values of the earlier positions: no position sees a later
+        one, so the earlier ones never need computing again. Gives the logits
+        that ``decode`` gives at position ``index`` of the whole prefix.
+
+        Args:
+            token_ids: ``(B,)`` int, the token of each row at ``index``.
+            index: scalar int, the position (0 for the start id).
+            self_cache, cross_cache: from ``initial_cache``, the first as the
+                previous step returned it.
+            encoder_mask: ``(B, S)``, from ``encode``.
+
+        Returns:
+            ``(logits, self_cache)``: ``(B, tgt_vocab_size)`` float32, and the
+            cache with this position's keys and values written in.
+        """
+        logits, self_cache = self._parts.decoder(
+            ops.expand_dims(token_ids, 1),
+            None,
+            encoder_mask,
+            training=False,
+            cache=(self_cache, cross_cache),
+            index=index,
+        )
+        return logits[:, 0], self_cache
 
     def _target_vocab_size(self):
         return self._limits()["decoder_inputs"][0]
@@ -541,6 +680,185 @@ def get_config(config=None, **overrides):
     return config.replace(**overrides)
 
 
+class _Parts:
+    """The layers of a ``Transformer`` and its two halves, each written once.
+
+    ``encoder`` and ``decoder`` wire the functional graph (on symbolic inputs,
+    ``training=None``), run ``Transformer.encode``/``decode`` (inference), and,
+    for the decoder, the cached step of ``Transformer.decode_step``.
+    """
+
+    def __init__(
+        self,
+        src_vocab_size,
+        tgt_vocab_size,
+        num_layers,
+        block_args,
+        share,
+        max_length,
+        dtype,
+    ):
+        d_model, epsilon = block_args["d_model"], block_args["layer_norm_epsilon"]
+        if share:
+            self.source_embedding = self.target_embedding = TokenEmbedding(
+                src_vocab_size, d_model, dtype=dtype, name="shared_embedding"
+            )
+        else:
+            self.source_embedding = TokenEmbedding(
+                src_vocab_size, d_model, dtype=dtype, name="source_embedding"
+            )
+            self.target_embedding = TokenEmbedding(
+                tgt_vocab_size, d_model, dtype=dtype, name="target_embedding"
+            )
+        rate = block_args["dropout"]
+        for side in ("encoder", "decoder"):
+            # §3.5: positional encodings added to the embeddings; §5.4:
+            # dropout on their sum.
+            setattr(
+                self,
+                f"{side}_position",
+                SinusoidalEncoding(max_length, dtype=dtype, name=f"{side}_position"),
+            )
+            setattr(
+                self,
+                f"{side}_dropout",
+                keras.layers.Dropout(rate, dtype=dtype, name=f"{side}_dropout"),
+            )
+            # Pre-LN ends each stack with a LayerNorm; post-LN has none.
+            norm = None
+            if block_args["norm_first"]:
+                norm = keras.layers.LayerNormalization(
+                    epsilon=epsilon, dtype=dtype, name=f"{side}_norm"
+                )
+            setattr(self, f"{side}_norm", norm)
+        # §3.1: N identical layers in each stack.
+        self.encoder_blocks = [
+            EncoderBlock(**block_args, dtype=dtype, name=f"encoder_block_{i}")
+            for i in range(num_layers)
+        ]
+        self.decoder_blocks = [
+            DecoderBlock(**block_args, dtype=dtype, name=f"decoder_block_{i}")
+            for i in range(num_layers)
+        ]
+
+    def encoder(self, encoder_inputs, training=None, return_attention_scores=False):
+        """``(encoder_outputs, encoder_mask, scores)`` of source ids."""
+        mask = masks.padding_mask(encoder_inputs)
+        x = self.encoder_position(self.source_embedding(encoder_inputs))
+        x = self.encoder_dropout(x, training=training)
+        scores = []
+        for block in self.encoder_blocks:
+            x = block(
+                x,
+                mask=mask,
+                return_attention_scores=return_attention_scores,
+                training=training,
+            )
+            if return_attention_scores:
+                x, weights = x
+                scores.append(weights)
+        if self.encoder_norm is not None:
+            x = self.encoder_norm(x)
+        return x, mask, scores
+
+    def decoder(
+        self,
+        decoder_inputs,
+        encoder_outputs,
+        encoder_mask,
+        training=None,
+        return_attention_scores=False,
+        cache=None,
+        index=None,
+    ):
+        """``(logits, scores)`` of target ids; with a ``cache`` (decoding
+        step: ``decoder_inputs`` are the tokens at position ``index``),
+        ``(logits, self_attention_cache)``."""
+        if cache is None:
+            mask = masks.padding_mask(decoder_inputs)
+            y = self.decoder_position(self.target_embedding(decoder_inputs))
+            y = self.decoder_dropout(y, training=training)
+            call, caches = _call, [(None, None)] * len(self.decoder_blocks)
+        else:
+            # The search's own tokens: in range by construction, so the
+            # embedding's range check (a host round trip a step) is skipped.
+            mask = None
+            y = self.target_embedding.lookup(decoder_inputs)
+            y = call_sublayer(
+                self.decoder_position, y, start_index=index, check_length=False
+            )
+            call, caches = call_sublayer, zip(*cache, strict=True)
+        scores, new_cache = [], []
+        for block, (self_cache, cross_cache) in zip(
+            self.decoder_blocks, caches, strict=True
+        ):
+            y = call(
+                block,
+                y,
+                encoder_outputs,
+                decoder_sequence_mask=mask,
+                encoder_sequence_mask=encoder_mask,
+                return_attention_scores=return_attention_scores,
+                training=training,
+                self_attention_cache=self_cache,
+                self_attention_cache_update_index=index,
+                cross_attention_cache=cross_cache,
+            )
+            if return_attention_scores:
+                y, weights = y
+                scores.append(weights)
+            if cache is not None:
+                y, self_cache = y
+                new_cache.append(self_cache)
+        if self.decoder_norm is not None:
+            y = call(self.decoder_norm, y)
+        # Pre-softmax projection with the (shared) target embedding (§3.4),
+        # float32 out.
+        logits = call(self.target_embedding, y, reverse=True)
+        return logits, (scores if cache is None else tuple(new_cache))
+
+
+def _call(layer, *args, **kwargs):
+    """``layer(...)`` through ``Layer.__call__``, without the cache arguments
+    of a decoding step (the functional graph records only what it is given)."""
+    for name in (
+        "self_attention_cache",
+        "self_attention_cache_update_index",
+        "cross_attention_cache",
+    ):
+        if kwargs.get(name, 0) is None:
+            del kwargs[name]
+    return layer(*args, **kwargs)
+
+
+def _arguments_from_functional_config(config):
+    """The ``Transformer`` arguments of a model saved by keras_transformer
+    0.1.0, whose config was the functional graph of ``build_model``."""
+    layers = {layer["config"]["name"]: layer for layer in config["layers"]}
+    shared = "shared_embedding" in layers
+    source = layers["shared_embedding" if shared else "source_embedding"]["config"]
+    target = layers["shared_embedding" if shared else "target_embedding"]["config"]
+    blocks = [name for name in layers if name.startswith("encoder_block_")]
+    block = layers["encoder_block_0"]["config"]
+    return {
+        "name": config.get("name", "transformer"),
+        "trainable": config.get("trainable", True),
+        "dtype": source.get("dtype"),
+        "src_vocab_size": source["vocab_size"],
+        "tgt_vocab_size": target["vocab_size"],
+        "num_layers": len(blocks),
+        "d_model": block["d_model"],
+        "num_heads": block["num_heads"],
+        "d_ff": block["d_ff"],
+        "dropout": block["dropout"],
+        "attention_dropout": block["attention_dropout"],
+        "share_embeddings": shared,
+        "norm_first": block["norm_first"],
+        "max_length": layers["encoder_position"]["config"]["max_length"],
+        "layer_norm_epsilon": block["layer_norm_epsilon"],
+    }
+
+
 def build_model(
     config=None,
     *,
@@ -550,11 +868,11 @@ def build_model(
     dtype=None,
     **overrides,
 ):
-    """Build the encoder-decoder Transformer as a functional ``keras.Model``.
+    """Build the encoder-decoder Transformer from a named configuration.
 
     Args:
-        config: ``"base"``, ``"big"``, ``"tiny"``, a ``TransformerConfig``, a
-            dict, or None (``"base"``).
+        config: ``"base"``, ``"big"``, ``"small"``, ``"tiny"``, a
+            ``TransformerConfig``, a dict, or None (``"base"``).
         src_vocab_size: int, source vocabulary size (ids ``0..V-1``, 0 = pad).
         tgt_vocab_size: int, target vocabulary size; defaults to
             ``src_vocab_size``.
@@ -572,81 +890,13 @@ def build_model(
     embedding doubles as the projection. The projection has no bias.
 
     Returns:
-        A model with inputs ``{"encoder_inputs": (B, S) int,
-        "decoder_inputs": (B, T) int}`` and output logits
-        ``(B, T, tgt_vocab_size)`` in float32, carrying the decoder padding
-        mask (so Keras losses and metrics skip padded positions).
+        A ``Transformer``.
     """
     cfg = get_config(config, **overrides)
-    tgt_vocab_size = src_vocab_size if tgt_vocab_size is None else tgt_vocab_size
-    if cfg.share_embeddings and tgt_vocab_size != src_vocab_size:
-        raise ValueError(
-            "share_embeddings=True needs one joint vocabulary. Received: "
-            f"src_vocab_size={src_vocab_size}, tgt_vocab_size={tgt_vocab_size}"
-        )
-
-    def common(layer_name):
-        return {"dtype": dtype, "name": layer_name}
-
-    block_args = dict(
-        d_model=cfg.d_model,
-        num_heads=cfg.num_heads,
-        d_ff=cfg.d_ff,
-        dropout=cfg.dropout,
-        attention_dropout=cfg.attention_dropout,
-        norm_first=cfg.norm_first,
-        layer_norm_epsilon=cfg.layer_norm_epsilon,
-    )
-
-    encoder_inputs = keras.Input(shape=(None,), dtype="int32", name="encoder_inputs")
-    decoder_inputs = keras.Input(shape=(None,), dtype="int32", name="decoder_inputs")
-
-    if cfg.share_embeddings:
-        src_embedding = tgt_embedding = TokenEmbedding(
-            src_vocab_size, cfg.d_model, **common("shared_embedding")
-        )
-    else:
-        src_embedding = TokenEmbedding(
-            src_vocab_size, cfg.d_model, **common("source_embedding")
-        )
-        tgt_embedding = TokenEmbedding(
-            tgt_vocab_size, cfg.d_model, **common("target_embedding")
-        )
-
-    def embed(embedding, ids, prefix):
-        # §3.4-3.5, §5.4: scaled embedding + positional encoding, then dropout.
-        x = embedding(ids)
-        x = SinusoidalEncoding(cfg.max_length, **common(f"{prefix}_position"))(x)
-        return keras.layers.Dropout(cfg.dropout, **common(f"{prefix}_dropout"))(x)
-
-    # Encoder: N identical layers (§3.1). The padding mask of encoder_inputs
-    # travels with the tensors as a Keras mask.
-    x = embed(src_embedding, encoder_inputs, "encoder")
-    for i in range(cfg.num_layers):
-        x = EncoderBlock(**block_args, **common(f"encoder_block_{i}"))(x)
-    if cfg.norm_first:
-        x = keras.layers.LayerNormalization(
-            epsilon=cfg.layer_norm_epsilon, **common("encoder_norm")
-        )(x)
-    encoder_outputs = x
-
-    # Decoder: N identical layers; each cross-attends to the encoder output
-    # under the encoder's padding mask.
-    y = embed(tgt_embedding, decoder_inputs, "decoder")
-    for i in range(cfg.num_layers):
-        y = DecoderBlock(**block_args, **common(f"decoder_block_{i}"))(
-            y, encoder_outputs
-        )
-    if cfg.norm_first:
-        y = keras.layers.LayerNormalization(
-            epsilon=cfg.layer_norm_epsilon, **common("decoder_norm")
-        )(y)
-
-    # Pre-softmax projection with the (shared) target embedding, float32 out.
-    logits = tgt_embedding(y, reverse=True)
-
     return Transformer(
-        inputs={"encoder_inputs": encoder_inputs, "decoder_inputs": decoder_inputs},
-        outputs=logits,
+        src_vocab_size=src_vocab_size,
+        tgt_vocab_size=tgt_vocab_size,
         name=name,
+        dtype=dtype,
+        **dataclasses.asdict(cfg),
     )

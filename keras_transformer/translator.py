@@ -58,6 +58,7 @@ from keras_transformer.data.tokenizer import (
     UNK_ID,
     decode,
     encode,
+    special_ids,
 )
 
 # Paper §6.1: "We set the maximum output length during inference to input
@@ -159,10 +160,8 @@ class Translator(keras.Model):
         self.tokenizer = tokenizer
         self.transformer = transformer
         self.max_output_length = _check_length(max_output_length, "max_output_length")
-        limits = transformer._limits()
-        src_vocab, self.source_max_length = limits["encoder_inputs"]
-        _, self.target_max_length = limits["decoder_inputs"]
-        self._source_vocabulary_size = src_vocab
+        self.source_max_length = self.target_max_length = transformer.max_length
+        self._source_vocabulary_size = transformer.src_vocab_size
         # A tokenizer loaded from a .keras file has no vocabulary until its
         # asset is read (after from_config); check the sizes when it has one.
         if getattr(tokenizer, "proto", None) is not None:
@@ -449,7 +448,12 @@ class Translator(keras.Model):
         width = _bucket(max(limits), self._target_boundaries)
         if beam_size == 1:
             tokens, log_probs = decoding.greedy_search(
-                self.transformer, src, max_lengths, width, use_cache
+                self.transformer,
+                src,
+                max_lengths,
+                width,
+                use_cache,
+                **special_ids(self.tokenizer),
             )
             tokens, log_probs = tokens[:, None], log_probs[:, None]
         else:
@@ -461,6 +465,7 @@ class Translator(keras.Model):
                 length_penalty,
                 width,
                 use_cache,
+                **special_ids(self.tokenizer),
             )
         outputs = []
         for i in range(rows):

@@ -365,3 +365,56 @@ def test_symbolic_calls_return_attention_scores():
     )
     assert tuple(out.shape) == (2, 4, 6)
     assert tuple(weights.shape) == (2, 4, 5)
+
+
+# --------------------------------------------------------------------------
+# MultiHeadAttention with a cache (incremental decoding, §3.2.3)
+# --------------------------------------------------------------------------
+
+
+def test_mha_cached_self_attention_equals_causal_attention(rng):
+    """Fed one position at a time, with its keys and values written into the
+    cache, each output equals the causal attention over the whole sequence
+    at that position."""
+    mha = kt.MultiHeadAttention(num_heads=2, d_model=8)
+    x = rng.standard_normal((3, 5, 8)).astype("float32")
+    full = _np(mha(x, x, use_causal_mask=True))
+    zeros = ops.zeros((3, 7, 2, 4))  # room for 7 positions, 5 used
+    cache = (zeros, zeros)
+    for t in range(5):
+        out, cache = mha(
+            x[:, t : t + 1],
+            x[:, t : t + 1],
+            use_causal_mask=True,
+            cache=cache,
+            cache_update_index=t,
+        )
+        np.testing.assert_allclose(_np(out)[:, 0], full[:, t], atol=1e-5)
+    keys = _np(cache[0])
+    np.testing.assert_allclose(keys[:, :5], _np(mha.compute_key_value(x)[0]), atol=1e-6)
+    assert np.all(keys[:, 5:] == 0)
+
+
+def test_mha_cache_of_two_positions_at_once(rng):
+    """Two queries written at index 2: each sees the cache up to itself."""
+    mha = kt.MultiHeadAttention(num_heads=2, d_model=8)
+    x = rng.standard_normal((2, 4, 8)).astype("float32")
+    full = _np(mha(x, x, use_causal_mask=True))
+    keys, values = mha.compute_key_value(x[:, :2])
+    pad = ops.zeros((2, 2, 2, 4))
+    cache = (ops.concatenate([keys, pad], 1), ops.concatenate([values, pad], 1))
+    out, _ = mha(
+        x[:, 2:], x[:, 2:], use_causal_mask=True, cache=cache, cache_update_index=2
+    )
+    np.testing.assert_allclose(_np(out), full[:, 2:], atol=1e-5)
+
+
+def test_mha_cross_attention_cache_equals_the_keys_and_values(rng):
+    mha = kt.MultiHeadAttention(num_heads=2, d_model=8)
+    q = rng.standard_normal((2, 3, 8)).astype("float32")
+    memory = rng.standard_normal((2, 6, 8)).astype("float32")
+    mask = np.array([[1, 1, 1, 1, 0, 0], [1, 1, 1, 1, 1, 1]], bool)
+    expected = _np(mha(q, memory, value_mask=mask))
+    out, cache = mha(q, value_mask=mask, cache=mha.compute_key_value(memory))
+    np.testing.assert_allclose(_np(out), expected, atol=1e-6)
+    assert tuple(cache[0].shape) == (2, 6, 2, 4)

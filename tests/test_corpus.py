@@ -133,7 +133,8 @@ def test_directory(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "name, content", [("e.de", b""), ("e.de.gz", b""), ("e.gz", gzip.compress(b"", mtime=0))]
+    "name, content",
+    [("e.de", b""), ("e.de.gz", b""), ("e.gz", gzip.compress(b"", mtime=0))],
 )
 def test_empty_file(tmp_path, name, content):
     path = write(tmp_path / name, content)

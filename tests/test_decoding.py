@@ -51,17 +51,18 @@ def test_cached_steps_equal_full_model(overrides):
     target = rng.integers(3, VOCAB, (5, 8)).astype("int32")
     target[:, 0] = decoding.START_ID
     full = numpy(model({"encoder_inputs": src, "decoder_inputs": target}))
-    step = decoding._CachedStep(model, keras.ops.convert_to_tensor(src), 12)
-    state = step.initial_state
+    encoder_outputs, encoder_mask = model.encode(src)
+    state, cross = model.initial_cache(encoder_outputs, 12)
     for t in range(target.shape[1]):
         tokens = keras.ops.convert_to_tensor(target[:, t])
         index = keras.ops.convert_to_tensor(t, "int32")
-        logits, state = step(tokens, index, state)
+        logits, state = model.decode_step(tokens, index, state, cross, encoder_mask)
         np.testing.assert_allclose(numpy(logits), full[:, t], atol=2e-5, rtol=1e-5)
-    # The cache (B, H, T, d_k) holds the keys and values of the 8 positions fed,
-    # and nothing after them.
+    # The cache (B, T_max, H, d_k) holds the keys and values of the 8 positions
+    # fed, and nothing after them.
     keys = numpy(state[0][0])
-    assert np.abs(keys[:, :, :8]).max() > 0 and np.abs(keys[:, :, 8:]).max() == 0
+    assert keys.shape == (5, 12, model.num_heads, model.d_model // model.num_heads)
+    assert np.abs(keys[:, :8]).max() > 0 and np.abs(keys[:, 8:]).max() == 0
 
 
 @pytest.mark.slow
@@ -150,14 +151,16 @@ def test_mixed_precision_cache():
     model, src = model_and_sources(seed=6, dtype="mixed_bfloat16")
     target = np.array([[1, 5, 9, 11]] * 5, "int32")
     full = numpy(model({"encoder_inputs": src, "decoder_inputs": target}))
-    step = decoding._CachedStep(model, keras.ops.convert_to_tensor(src), 8)
-    assert keras.backend.standardize_dtype(step.initial_state[0][0].dtype) == "bfloat16"
-    state = step.initial_state
+    encoder_outputs, encoder_mask = model.encode(src)
+    state, cross = model.initial_cache(encoder_outputs, 8)
+    assert keras.backend.standardize_dtype(state[0][0].dtype) == "bfloat16"
     for t in range(4):
-        logits, state = step(
+        logits, state = model.decode_step(
             keras.ops.convert_to_tensor(target[:, t]),
             keras.ops.convert_to_tensor(t, "int32"),
             state,
+            cross,
+            encoder_mask,
         )
         assert keras.backend.standardize_dtype(logits.dtype) == "float32"
         # bfloat16 keeps about 3 significant digits.
@@ -178,22 +181,30 @@ def test_bad_arguments():
         decoding.greedy_search(model, src + VOCAB, 4)
 
 
-class TableStep:
-    """A stand-in decoder for testing the search alone.
+class TableModel:
+    """A stand-in model for testing the search alone, through the methods a
+    search calls (``encode``, ``initial_cache``, ``decode_step``).
 
     The next-token logits are a fixed table indexed by the position and by a
-    hash of the row and its whole prefix. The hash is the state, so the
-    search must carry each hypothesis' state along with its tokens, as it
+    hash of the row and its whole prefix. The hash is the cache, so the
+    search must carry each hypothesis' cache along with its tokens, as it
     does the key/value cache.
     """
 
-    def __init__(self, table, source_ids):
+    def __init__(self, table):
         self.table = keras.ops.convert_to_tensor(table)  # (T, hashes, V)
         self.hashes = table.shape[1]
-        # Each source is [row + 3, END]: the hash starts from the row.
-        self.initial_state = keras.ops.cast(source_ids[:, 0], "int32") - 3
 
-    def __call__(self, tokens, index, state):
+    def encode(self, source_ids):
+        return source_ids, keras.ops.not_equal(source_ids, 0)
+
+    def initial_cache(self, encoder_outputs, max_length):
+        # Each source is [row + 3, END]: the hash starts from the row.
+        rows = keras.ops.shape(encoder_outputs)[0]
+        start = keras.ops.cast(encoder_outputs[:, 0], "int32") - 3
+        return start, keras.ops.zeros((rows,))
+
+    def decode_step(self, tokens, index, state, cross_cache, encoder_mask):
         state = (state * 5 + keras.ops.cast(tokens, "int32")) % self.hashes
         logits = keras.ops.take(
             keras.ops.take(self.table, index, axis=0), state, axis=0
@@ -209,22 +220,14 @@ class TableStep:
 
 
 @pytest.fixture
-def table_search(monkeypatch):
-    """(model, sources, table): searches on a fresh model decode the table."""
+def table_search():
+    """(model, sources, table): searches of the model decode the table."""
     rng = np.random.default_rng(7)
     table = rng.normal(0, 2.0, (8, 13, 7)).astype("float32")
     table[:, :, decoding.END_ID] += np.linspace(-2, 2, 8)[:, None]  # END gets likelier
-    monkeypatch.setattr(
-        decoding,
-        "_step_function",
-        lambda model, src, max_length, use_cache: TableStep(table, src),
-    )
-    model = build_model(
-        "tiny", src_vocab_size=16, num_layers=1, d_model=8, num_heads=2, d_ff=8
-    )
     sources = np.full((6, 2), decoding.END_ID, "int32")
     sources[:, 0] = np.arange(6) + 3
-    return model, sources, table
+    return TableModel(table), sources, table
 
 
 @pytest.mark.slow
@@ -236,7 +239,7 @@ def test_search_matches_reference_on_a_table(table_search):
         tokens, scores, _ = decoding.beam_search(model, sources, limits, 3, alpha, 8)
         for row, limit in enumerate(limits):
             expected = numpy_reference.beam_search(
-                lambda t, row=row: TableStep.log_probs(table, row, t), 3, alpha, limit
+                lambda t, row=row: TableModel.log_probs(table, row, t), 3, alpha, limit
             )
             got = [list(h[h > 0]) for h in tokens[row]]
             assert got == [ids for ids, _ in expected]
@@ -250,7 +253,7 @@ def test_search_matches_reference_on_a_table(table_search):
     greedy, _ = decoding.greedy_search(model, sources, limits, 8)
     for row, limit in enumerate(limits):
         ((expected, _),) = numpy_reference.beam_search(
-            lambda t, row=row: TableStep.log_probs(table, row, t), 1, 0.6, limit
+            lambda t, row=row: TableModel.log_probs(table, row, t), 1, 0.6, limit
         )
         assert list(greedy[row][greedy[row] > 0]) == expected
 

@@ -38,7 +38,7 @@ import numbers
 import keras
 import numpy as np
 
-from keras_transformer.data.tokenizer import END_ID, PAD_ID, START_ID
+from keras_transformer.special_tokens import END_ID, PAD_ID, START_ID
 
 
 def bucket_boundaries(max_length, min_length=8, step=1.25, multiple=8):

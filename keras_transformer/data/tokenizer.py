@@ -6,12 +6,8 @@ embeddings (``share_embeddings=True``). Here the vocabulary is trained with the
 ``sentencepiece`` trainer (unigram or BPE) and wrapped in
 ``keras_hub.tokenizers.SentencePieceTokenizer``.
 
-Reserved ids, the same in every model trained here::
-
-    0 <pad>   padding (the id the model's masks and losses skip)
-    1 <s>     start of a decoder input
-    2 </s>    end of a sequence
-    3 <unk>   anything the vocabulary cannot spell
+The four reserved ids (``keras_transformer.special_tokens``) are pieces 0
+to 3 of every vocabulary: ``<pad>``, ``<s>``, ``</s>``, ``<unk>``.
 
 ``keras_hub`` and ``sentencepiece`` are imported inside the functions, so that
 ``import keras_transformer`` stays light.
@@ -21,10 +17,7 @@ import io
 import numbers
 import os
 
-PAD_ID = 0
-START_ID = 1
-END_ID = 2
-UNK_ID = 3
+from keras_transformer.special_tokens import END_ID, PAD_ID, START_ID, UNK_ID
 
 _SPECIAL_PIECES = {
     "pad": (PAD_ID, "<pad>"),
@@ -166,6 +159,16 @@ def _check_reserved_ids(tokenizer):
                 f", expected {piece!r}: train it with train_tokenizer, which "
                 "reserves 0 <pad>, 1 <s>, 2 </s>, 3 <unk>."
             )
+
+
+def special_ids(tokenizer):
+    """The tokenizer's reserved ids, as the searches take them:
+    ``{"start_id": ..., "end_id": ..., "pad_id": ...}``."""
+    return {
+        "start_id": tokenizer.token_to_id(_SPECIAL_PIECES["bos"][1]),
+        "end_id": tokenizer.token_to_id(_SPECIAL_PIECES["eos"][1]),
+        "pad_id": tokenizer.token_to_id(_SPECIAL_PIECES["pad"][1]),
+    }
 
 
 def encode(tokenizer, texts, add_start=False, add_end=True):

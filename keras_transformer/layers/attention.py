@@ -42,20 +42,22 @@ def _fresh_initializer(initializer):
     return keras.initializers.get(keras.initializers.serialize(initializer))
 
 
-def call_inference(layer, inputs, **kwargs):
-    """``layer(inputs, **kwargs)`` for a built layer in inference mode, made cheap.
+def call_sublayer(layer, *args, **kwargs):
+    """``layer(*args, **kwargs)`` for a built sub-layer, without ``Layer.__call__``
+    where it adds nothing.
 
     ``Layer.__call__`` does bookkeeping around ``call`` (argument binding,
     masks, name scopes, autocasting) that costs more than the arithmetic of a
-    one-token decoding step when PyTorch runs it eagerly, about 25 sub-layer
-    calls per step. When a layer computes in its variables' dtype there is
-    nothing to autocast and ``call`` gives the same result; under a
-    mixed-precision policy ``__call__`` is used, which casts the variables.
+    one-token decoding step when PyTorch runs it eagerly: about 25 sub-layer
+    calls per decoder layer and step. A sub-layer built by its parent, whose
+    policy computes in its variables' dtype, has nothing for ``__call__`` to
+    do; under a mixed-precision policy ``__call__`` is used, which casts the
+    variables and inputs.
     """
     policy = layer.dtype_policy
     if policy.compute_dtype == policy.variable_dtype:
-        return layer.call(inputs, **kwargs)
-    return layer(inputs, **kwargs)
+        return layer.call(*args, **kwargs)
+    return layer(*args, **kwargs)
 
 
 def _validate_rate(name, value):
@@ -262,6 +264,18 @@ class MultiHeadAttention(keras.layers.Layer):
         use_causal_mask: bool, forbid attention to later positions (§3.2.3).
         return_attention_scores: bool, also return ``(B, num_heads, T_q, T_k)``.
         training: Python bool.
+        cache: optional ``(keys, values)``, each ``(B, T_k, num_heads, d_k)``.
+            With ``cache_update_index`` (decoding self-attention), the keys
+            and values of this call are written into it at that position and
+            the queries attend to all of it; ``use_causal_mask`` then hides
+            the positions after each query's own. Without it (decoding
+            cross-attention), they are the keys and values themselves, from
+            ``compute_key_value``, and ``value``/``key`` are not needed.
+        cache_update_index: scalar int, the position of the first query.
+
+    Returns:
+        ``(B, T_q, d_model)``; with ``return_attention_scores`` also the
+        weights; with a ``cache``, also the cache (updated or as given), last.
 
     Example:
 
@@ -340,10 +354,28 @@ class MultiHeadAttention(keras.layers.Layer):
         # (B, T, d_model) -> (B, T, H, d_k)
         return ops.reshape(x, tuple(ops.shape(x)[:2]) + (self.num_heads, self.d_k))
 
+    def compute_key_value(self, value, key=None):
+        """The projected keys and values of a sequence, split into heads.
+
+        A decoder computes its cross-attention keys and values this way once
+        per source, and passes them back as ``cache`` at every step.
+
+        Args:
+            value: ``(B, T, dim_v)``.
+            key: optional ``(B, T, dim_k)``; defaults to ``value``.
+
+        Returns:
+            ``(keys, values)``, each ``(B, T, num_heads, d_k)``.
+        """
+        key = value if key is None else key
+        keys = self._split_heads(call_sublayer(self.key_dense, key))
+        values = self._split_heads(call_sublayer(self.value_dense, value))
+        return keys, values
+
     def call(
         self,
         query,
-        value,
+        value=None,
         key=None,
         query_mask=None,
         value_mask=None,
@@ -352,15 +384,44 @@ class MultiHeadAttention(keras.layers.Layer):
         use_causal_mask=False,
         return_attention_scores=False,
         training=None,
+        cache=None,
+        cache_update_index=None,
     ):
-        if key is None:
-            key = value
-            key_mask = value_mask if key_mask is None else key_mask
+        if cache is not None and cache_update_index is None:
+            # Keys and values given, already projected (cross-attention).
+            k, v = cache
+        else:
+            if value is None:
+                raise ValueError("MultiHeadAttention needs `value` (or a `cache`).")
+            if key is None:
+                key = value
+                key_mask = value_mask if key_mask is None else key_mask
+            k, v = self.compute_key_value(value, key)  # (B, T_k, H, d_k)
         # Padding masks -> (B, T_q, T_k); then a heads axis -> (B, 1, T_q, T_k).
         mask = masks_lib.merge_masks(
             masks_lib.attention_mask_from_padding(query_mask, value_mask),
             masks_lib.attention_mask_from_padding(None, key_mask),
         )
+        if cache is not None and cache_update_index is not None:
+            # Self-attention while decoding (§3.2.3): this call's keys and
+            # values go into the cache at `cache_update_index`, and the queries
+            # attend to the cache up to their own position (with the causal
+            # mask) or up to the last position written (without): the later
+            # entries hold nothing yet.
+            start = (0, cache_update_index, 0, 0)
+            k = ops.slice_update(cache[0], start, ops.cast(k, cache[0].dtype))
+            v = ops.slice_update(cache[1], start, ops.cast(v, cache[1].dtype))
+            cache = (k, v)
+            query_length = ops.shape(query)[1]
+            last = cache_update_index + (
+                ops.arange(query_length, dtype="int32")
+                if use_causal_mask
+                else ops.full((query_length,), query_length - 1, "int32")
+            )
+            key_positions = ops.arange(ops.shape(k)[1], dtype="int32")
+            visible = ops.less_equal(key_positions[None, :], last[:, None])
+            mask = masks_lib.merge_masks(mask, visible[None])  # (B, T_q, T_max)
+            use_causal_mask = False
         if attention_mask is not None:
             attention_mask = ops.cast(attention_mask, "bool")
             if len(attention_mask.shape) == 4:
@@ -369,9 +430,9 @@ class MultiHeadAttention(keras.layers.Layer):
         if mask is not None and len(mask.shape) == 3:
             mask = ops.expand_dims(mask, 1)
 
-        q = self._split_heads(self.query_dense(query))  # (B, T_q, H, d_k)
-        k = self._split_heads(self.key_dense(key))  # (B, T_k, H, d_k)
-        v = self._split_heads(self.value_dense(value))  # (B, T_k, H, d_k)
+        q = self._split_heads(
+            call_sublayer(self.query_dense, query)
+        )  # (B, T_q, H, d_k)
         outputs = self.attention.attend(
             q,
             k,
@@ -384,61 +445,13 @@ class MultiHeadAttention(keras.layers.Layer):
         output, weights = outputs if return_attention_scores else (outputs, None)
         # Concat(head_1, ..., head_h): (B, T_q, H, d_k) -> (B, T_q, d_model)
         output = ops.reshape(output, tuple(ops.shape(output)[:2]) + (self.d_model,))
-        output = self.output_dense(output)
-        return (output, weights) if return_attention_scores else output
-
-    # -- incremental decoding (keras_transformer.decoding) ----------------------
-
-    def project_key_value(self, value, key=None):
-        """The keys and values of a sequence, split into heads, heads first.
-
-        Used to compute the cross-attention keys and values of an encoder
-        output once per input, and each new token's self-attention keys and
-        values once per step. Heads come before positions, ``(B, H, T, d_k)``:
-        with the batch and head axes leading, a decoding step's products with
-        a cache of keys and values need no transpose of the cache.
-
-        Args:
-            value: ``(B, T, dim_v)``.
-            key: optional ``(B, T, dim_k)``; defaults to ``value``.
-
-        Returns:
-            ``(keys, values)``, each ``(B, num_heads, T, d_k)``.
-        """
-        key = value if key is None else key
-        return tuple(
-            ops.transpose(self._split_heads(call_inference(dense, x)), (0, 2, 1, 3))
-            for dense, x in ((self.key_dense, key), (self.value_dense, value))
-        )
-
-    def attend_projected(self, query, keys, values, attention_mask=None):
-        """Attention of ``query`` to keys and values that are already projected.
-
-        Equals ``call(query, value, key)`` in inference mode when ``keys`` and
-        ``values`` are ``project_key_value(value, key)``: the same
-        ``softmax(Q Kᵀ / √d_k) V`` (§3.2.1), with the softmax in float32.
-
-        Args:
-            query: ``(B, T_q, dim_q)``, not projected.
-            keys, values: ``(B, num_heads, T_k, d_k)``.
-            attention_mask: optional boolean mask broadcastable to
-                ``(B, num_heads, T_q, T_k)``; True means "may attend".
-
-        Returns:
-            ``(B, T_q, d_model)``.
-        """
-        q = self._split_heads(call_inference(self.query_dense, query))
-        q = ops.transpose(q, (0, 2, 1, 3))  # (B, H, T_q, d_k)
-        scale = ops.cast(1.0 / math.sqrt(self.d_k), q.dtype)
-        logits = ops.einsum("bhqd,bhkd->bhqk", q * scale, keys)
-        logits = ops.cast(logits, "float32")
-        if attention_mask is not None:
-            logits = ops.where(attention_mask, logits, _FLOAT32_MASK_FILL)
-        weights = ops.cast(ops.softmax(logits, axis=-1), values.dtype)
-        output = ops.einsum("bhqk,bhkd->bqhd", weights, values)  # (B, T_q, H, d_k)
-        # Concat(head_1, ..., head_h): (B, T_q, H, d_k) -> (B, T_q, d_model)
-        output = ops.reshape(output, tuple(ops.shape(output)[:2]) + (self.d_model,))
-        return call_inference(self.output_dense, output)
+        output = call_sublayer(self.output_dense, output)
+        results = (output,)
+        if return_attention_scores:
+            results += (weights,)
+        if cache is not None:
+            results += (cache,)
+        return results[0] if len(results) == 1 else results
 
     def compute_mask(self, query, previous_mask=None):
         # The output is aligned with the queries: it keeps the query mask.

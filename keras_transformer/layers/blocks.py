@@ -8,7 +8,7 @@ from keras_transformer.layers.attention import (
     MultiHeadAttention,
     _fresh_initializer,
     _validate_rate,
-    call_inference,
+    call_sublayer,
 )
 
 
@@ -133,19 +133,16 @@ class _Block(keras.layers.Layer):
         self.ffn_norm = self._norm("ffn_norm", shape)
 
     def _sublayer(self, x, norm, dropout, fn, training):
-        """§3.1 and §5.4: LayerNorm(x + Dropout(Sublayer(x))), or pre-LN.
-
-        ``dropout=None`` (decoding steps): no dropout layer is called.
-        """
+        """§3.1 and §5.4: LayerNorm(x + Dropout(Sublayer(x))), or pre-LN."""
         residual = x
         if self.norm_first:
-            x = norm(x)
+            x = call_sublayer(norm, x)
         x = fn(x)
-        if dropout is not None:
+        if training:
             x = dropout(x, training=training)
         x = ops.add(residual, x)
         if not self.norm_first:
-            x = norm(x)
+            x = call_sublayer(norm, x)
         return x
 
     def _feed_forward(self, x, training):
@@ -153,7 +150,7 @@ class _Block(keras.layers.Layer):
             x,
             self.ffn_norm,
             self.ffn_dropout,
-            lambda y: self.ffn_outer(self.ffn_inner(y)),
+            lambda y: call_sublayer(self.ffn_outer, call_sublayer(self.ffn_inner, y)),
             training,
         )
 
@@ -288,9 +285,24 @@ class DecoderBlock(_Block):
             broadcastable to ``(B, T, T)``.
         cross_attention_mask: optional extra mask for the cross-attention,
             broadcastable to ``(B, T, S)``.
+        self_attention_cache: optional ``(keys, values)``, each
+            ``(B, T_max, num_heads, d_k)``: the self-attention keys and values
+            of the positions decoded so far. The keys and values of
+            ``decoder_sequence`` are written into it at
+            ``self_attention_cache_update_index``, and the updated cache is
+            returned as the last output.
+        self_attention_cache_update_index: scalar int, the position of the
+            first row of ``decoder_sequence``.
+        cross_attention_cache: optional ``(keys, values)`` of the encoder
+            output, from ``compute_cross_attention_cache``; then
+            ``encoder_sequence`` is not needed.
         return_attention_scores: bool, also return a tuple
             ``(self_attention_weights, cross_attention_weights)``.
         training: Python bool.
+
+    Returns:
+        ``(B, T, d_model)``; then the attention weights if asked for; then
+        the updated self-attention cache if one was given.
 
     Example:
 
@@ -323,24 +335,40 @@ class DecoderBlock(_Block):
     def call(
         self,
         decoder_sequence,
-        encoder_sequence,
+        encoder_sequence=None,
         decoder_sequence_mask=None,
         encoder_sequence_mask=None,
         use_causal_mask=True,
         self_attention_mask=None,
         cross_attention_mask=None,
+        self_attention_cache=None,
+        self_attention_cache_update_index=None,
+        cross_attention_cache=None,
         return_attention_scores=False,
         training=None,
     ):
-        _checks.check_same_batch(
-            decoder_sequence, encoder_sequence, "decoder_sequence", "encoder_sequence"
-        )
-        scores = []
+        if encoder_sequence is None and cross_attention_cache is None:
+            raise ValueError(
+                "DecoderBlock needs encoder_sequence (or cross_attention_cache)."
+            )
+        if encoder_sequence is not None:
+            _checks.check_same_batch(
+                decoder_sequence,
+                encoder_sequence,
+                "decoder_sequence",
+                "encoder_sequence",
+            )
+        scores, caches = [], []
 
-        def keep_scores(out):
+        def keep(out, cache_given):
+            """The attention output; weights and cache put aside."""
+            if not (return_attention_scores or cache_given):
+                return out
+            out, *rest = out
             if return_attention_scores:
-                out, weights = out
-                scores.append(weights)
+                scores.append(rest.pop(0))
+            if cache_given:
+                caches.append(rest.pop(0))
             return out
 
         # Sub-layer 1: masked multi-head self-attention over the target (§3.2.3).
@@ -348,7 +376,7 @@ class DecoderBlock(_Block):
             decoder_sequence,
             self.self_attention_norm,
             self.self_attention_dropout,
-            lambda y: keep_scores(
+            lambda y: keep(
                 self._self_attend(
                     y,
                     decoder_sequence_mask,
@@ -356,7 +384,10 @@ class DecoderBlock(_Block):
                     use_causal_mask=use_causal_mask,
                     return_attention_scores=return_attention_scores,
                     training=training,
-                )
+                    cache=self_attention_cache,
+                    cache_update_index=self_attention_cache_update_index,
+                ),
+                self_attention_cache is not None,
             ),
             training,
         )
@@ -367,8 +398,9 @@ class DecoderBlock(_Block):
             x,
             self.cross_attention_norm,
             self.cross_attention_dropout,
-            lambda y: keep_scores(
-                self.cross_attention(
+            lambda y: keep(
+                call_sublayer(
+                    self.cross_attention,
                     y,
                     encoder_sequence,
                     query_mask=decoder_sequence_mask,
@@ -376,91 +408,29 @@ class DecoderBlock(_Block):
                     attention_mask=cross_attention_mask,
                     return_attention_scores=return_attention_scores,
                     training=training,
-                )
+                    cache=cross_attention_cache,
+                ),
+                cross_attention_cache is not None,
             ),
             training,
         )
 
         # Sub-layer 3: position-wise feed-forward network (§3.3).
         x = self._feed_forward(x, training)
-        return (x, tuple(scores)) if return_attention_scores else x
+        outputs = (x,)
+        if return_attention_scores:
+            outputs += (tuple(scores),)
+        if self_attention_cache is not None:
+            outputs += (caches[0],)
+        return outputs[0] if len(outputs) == 1 else outputs
 
-    # -- incremental decoding (keras_transformer.decoding) ------------------------
-
-    def cross_attention_key_value(self, encoder_sequence):
+    def compute_cross_attention_cache(self, encoder_sequence):
         """The cross-attention keys and values of an encoder output.
 
-        They depend only on the source, so a decoder computes them once per
-        input and reuses them at every step.
+        They depend only on the source: a decoder computes them once per input
+        and passes them as ``cross_attention_cache`` at every step.
 
         Returns:
-            ``(keys, values)``, each ``(B, num_heads, S, d_k)``.
+            ``(keys, values)``, each ``(B, S, num_heads, d_k)``.
         """
-        return self.cross_attention.project_key_value(encoder_sequence)
-
-    def decode_step(
-        self, decoder_sequence, index, cache, cross_key_value, encoder_sequence_mask
-    ):
-        """One decoding step with a key/value cache, in inference mode.
-
-        The new token at position ``index`` attends to itself and to the
-        cached keys and values of positions ``< index`` (§3.2.3: no position
-        sees a later one, so earlier positions never need recomputing).
-        Gives the same output as ``call`` on the whole prefix at its last
-        position.
-
-        Args:
-            decoder_sequence: ``(B, 1, d_model)``, the new position only.
-            index: scalar int tensor, its position (0-based).
-            cache: ``(keys, values)``, each ``(B, num_heads, T_max, d_k)``:
-                the self-attention keys and values of positions ``< index``
-                (later entries are ignored).
-            cross_key_value: from ``cross_attention_key_value``.
-            encoder_sequence_mask: ``(B, S)`` padding mask of the source, or
-                None.
-
-        Returns:
-            ``(output, cache)``: output ``(B, 1, d_model)``, and the cache
-            with this position's keys and values written at ``index``.
-        """
-        new_cache = []
-
-        def sublayer(x, norm, fn):
-            return self._sublayer(x, lambda y: call_inference(norm, y), None, fn, False)
-
-        # Sub-layer 1: masked self-attention over the cached prefix (§3.2.3).
-        def attend_self(y):
-            keys, values = self.self_attention.project_key_value(y)
-            start = (0, 0, index, 0)
-            cached_keys = ops.slice_update(cache[0], start, keys)
-            cached_values = ops.slice_update(cache[1], start, values)
-            new_cache.extend((cached_keys, cached_values))
-            positions = ops.arange(ops.shape(cached_keys)[2])
-            visible = ops.reshape(ops.less_equal(positions, index), (1, 1, 1, -1))
-            return self.self_attention.attend_projected(
-                y, cached_keys, cached_values, attention_mask=visible
-            )
-
-        x = sublayer(decoder_sequence, self.self_attention_norm, attend_self)
-
-        # Sub-layer 2: cross-attention to the precomputed encoder keys/values.
-        if encoder_sequence_mask is not None:
-            # (B, S) -> (B, 1, 1, S): every head and query sees the same keys.
-            encoder_sequence_mask = ops.cast(encoder_sequence_mask, "bool")[
-                :, None, None, :
-            ]
-        x = sublayer(
-            x,
-            self.cross_attention_norm,
-            lambda y: self.cross_attention.attend_projected(
-                y, *cross_key_value, attention_mask=encoder_sequence_mask
-            ),
-        )
-
-        # Sub-layer 3: position-wise feed-forward network (§3.3).
-        x = sublayer(
-            x,
-            self.ffn_norm,
-            lambda y: call_inference(self.ffn_outer, call_inference(self.ffn_inner, y)),
-        )
-        return x, tuple(new_cache)
+        return self.cross_attention.compute_key_value(encoder_sequence)

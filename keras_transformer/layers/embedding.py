@@ -6,6 +6,7 @@ import keras
 from keras import ops
 
 from keras_transformer import _checks
+from keras_transformer.layers.masks import padding_mask
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -21,7 +22,7 @@ class TokenEmbedding(keras.layers.Layer):
     The default initializer is ``N(0, d_model^-1/2)``, so that the scaled
     embeddings have unit variance, the same scale as the positional encoding.
 
-    Token id 0 is padding: the layer emits a Keras mask ``ids != 0``. Ids
+    ``PAD_ID`` (0) is padding: the layer emits a Keras mask ``ids != PAD_ID``. Ids
     outside ``[0, vocab_size)`` and non-integer ids raise errors (the JAX
     backend would otherwise return NaN for them).
 
@@ -96,7 +97,7 @@ class TokenEmbedding(keras.layers.Layer):
 
     def compute_mask(self, inputs, previous_mask=None):
         if "int" in keras.backend.standardize_dtype(inputs.dtype):
-            return ops.not_equal(inputs, 0)
+            return padding_mask(inputs)
         return previous_mask  # reverse mode: keep the decoder's mask
 
     def compute_output_shape(self, input_shape, reverse=False):

@@ -2,15 +2,17 @@
 
 A mask is boolean and ``True`` means "may attend" (the convention of Keras and
 ``keras.ops.dot_product_attention``; PyTorch's ``nn.Transformer`` uses the
-opposite). Token id 0 is padding.
+opposite). ``PAD_ID`` (0) is padding.
 """
 
 from keras import ops
 
+from keras_transformer.special_tokens import PAD_ID
+
 
 def padding_mask(token_ids):
-    """``(B, T)`` ids -> ``(B, T)`` boolean mask, False where the id is 0."""
-    return ops.not_equal(token_ids, 0)
+    """``(B, T)`` ids -> ``(B, T)`` boolean mask, False where the id is ``PAD_ID``."""
+    return ops.not_equal(token_ids, PAD_ID)
 
 
 def causal_mask(query_length, key_length):

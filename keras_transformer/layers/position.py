@@ -40,6 +40,10 @@ class SinusoidalEncoding(keras.layers.Layer):
         inputs: ``(B, T, d_model)`` float tensor (e.g. scaled embeddings).
         start_index: int or scalar int tensor, the position of the first
             element of ``inputs``. Used when decoding one step at a time.
+        check_length: bool (default True); False skips the run-time check
+            of a tensor ``start_index`` against ``max_length``, for callers
+            that bounded the positions before (a compiled decoding loop, where
+            the check would cost a host round trip per step).
 
     Returns:
         ``inputs + PE[start_index : start_index + T]`` in the input's dtype. A
@@ -64,7 +68,7 @@ class SinusoidalEncoding(keras.layers.Layer):
         self.base = float(base)
         self.supports_masking = True
 
-    def call(self, inputs, start_index=0):
+    def call(self, inputs, start_index=0, check_length=True):
         d_model = inputs.shape[-1]
         length = _checks.static_dim(inputs, -2)
         if self.max_length is not None:
@@ -80,7 +84,7 @@ class SinusoidalEncoding(keras.layers.Layer):
                     f"max_length={self.max_length}. "
                     f"Received: inputs.shape={tuple(inputs.shape)}"
                 )
-            if length is None or start is None:
+            if check_length and (length is None or start is None):
                 last = ops.shape(inputs)[-2] + start_index
                 _checks.check_range(
                     ops.reshape(last, (1,)),
