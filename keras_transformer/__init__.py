@@ -27,7 +27,7 @@ from keras_transformer.model import (
 from keras_transformer.schedules import TransformerSchedule, transformer_optimizer
 from keras_transformer.translator import Translator
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "AttentionMaps",

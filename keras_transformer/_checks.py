@@ -17,6 +17,8 @@ import contextlib
 import keras
 from keras import ops
 
+from keras_transformer import backend
+
 # While `deferred_value_errors` is active: the messages of failed checks that
 # ran inside compiled JAX code, to be raised once the compiled loop is over.
 _deferred = None
@@ -47,41 +49,9 @@ def _is_symbolic(x):
     return isinstance(x, keras.KerasTensor)
 
 
-def _eager_value(x):
-    """A NumPy array if ``x`` is concrete, else ``None`` (traced/graph tensor)."""
-    backend = keras.backend.backend()
-    if backend == "tensorflow":
-        import tensorflow as tf
-
-        if not tf.executing_eagerly() or not hasattr(x, "numpy"):
-            return None
-    elif backend == "jax":
-        import jax
-
-        if isinstance(x, jax.core.Tracer):
-            return None
-    elif backend == "torch":
-        import torch
-
-        if torch.compiler.is_compiling():
-            return None
-    return ops.convert_to_numpy(x)
-
-
 def _check_values(value, low, high, message):
     if value.size and (value.min() < low or value.max() >= high):
         raise ValueError(message.format(lo=value.min(), hi=value.max()))
-
-
-if keras.backend.backend() == "torch":
-    import torch
-
-    @torch.compiler.disable
-    def _check_outside_torch_graph(x, low, high, message):
-        """The eager check, left out of `torch.compile`'s graph: it runs on
-        the real values between two compiled graphs, so a compiled step
-        (`jit_compile=True`) raises the same ValueError as an eager one."""
-        _check_values(ops.convert_to_numpy(x), low, high, message)
 
 
 def check_range(x, low, high, message, output=None):
@@ -94,54 +64,20 @@ def check_range(x, low, high, message, output=None):
     output = x if output is None else output
     if _is_symbolic(x):
         return output
-    value = _eager_value(x)
+    value = backend.concrete_value(x)
     if value is not None:
         _check_values(value, low, high, message)
         return output
-
-    backend = keras.backend.backend()
-    if backend == "torch":  # inside torch.compile
-        _check_outside_torch_graph(x, low, high, message)
-        return output
-    lo, hi = ops.min(x), ops.max(x)
-    if backend == "tensorflow":
-        import tensorflow as tf
-
-        ok = tf.logical_and(lo >= low, hi < high)
-        # XLA (jit_compile=True) drops Assert ops; callers that can poison
-        # their output with NaN use `in_range` below so that nothing passes
-        # silently there either.
-        check = tf.debugging.Assert(
-            ok, [message.format(lo="?", hi="?"), "lowest:", lo, "highest:", hi]
-        )
-        with tf.control_dependencies([check]):
-            return tf.identity(output)
-    if backend == "jax":
-        import jax
-
-        def _raise_if_out_of_range(lo_value, hi_value):
-            if lo_value < low or hi_value >= high:
-                text = message.format(lo=lo_value, hi=hi_value)
-                if _deferred is None:
-                    raise ValueError(text)
-                _deferred.append(text)
-
-        jax.debug.callback(_raise_if_out_of_range, lo, hi)
-    return output
+    return backend.check_in_graph(x, low, high, message, output, _fail)
 
 
-def nan_unless_in_range(values, x, low, high):
-    """TensorFlow graphs only: ``values`` or, if some ``x`` is outside
-    ``[low, high)``, NaN. Under XLA the Assert of ``check_range`` is dropped,
-    and an XLA gather clamps bad indices to finite garbage; NaN shows it."""
-    if keras.backend.backend() != "tensorflow" or _is_symbolic(x):
-        return values
-    import tensorflow as tf
+def _fail(text):
+    if _deferred is None:
+        raise ValueError(text)
+    _deferred.append(text)
 
-    if tf.executing_eagerly():
-        return values
-    ok = tf.logical_and(tf.reduce_min(x) >= low, tf.reduce_max(x) < high)
-    return tf.where(ok, values, tf.constant(float("nan"), values.dtype))
+
+nan_unless_in_range = backend.nan_unless_in_range
 
 
 def check_integer(x, name):

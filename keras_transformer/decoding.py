@@ -48,6 +48,7 @@ import keras
 import numpy as np
 from keras import ops
 
+from keras_transformer import backend
 from keras_transformer.special_tokens import END_ID, PAD_ID, START_ID
 
 # Log-probability of an impossible candidate. Finite, so that arithmetic on it
@@ -240,40 +241,6 @@ def _beam(model, source_ids, max_lengths, max_length, use_cache, ids, beam_size,
 # -- compilation ------------------------------------------------------------------
 
 
-def _compile(model, fn):
-    """``fn(*tensors)`` compiled for the backend, reading the model's weights."""
-    backend = keras.backend.backend()
-    if backend == "jax":
-        import jax
-
-        variables = list(getattr(model, "variables", []))
-
-        @jax.jit
-        def run(values, *args):
-            # The weights are arguments, not constants baked into the
-            # program: the same compilation serves the weights after a
-            # further fit() or a checkpoint load.
-            with keras.StatelessScope(
-                state_mapping=list(zip(variables, values, strict=True))
-            ):
-                return fn(*args)
-
-        return lambda *args: run([v.value for v in variables], *args)
-    if backend == "tensorflow":
-        import tensorflow as tf
-
-        return tf.function(fn, jit_compile=True)
-    if backend == "torch":
-        import torch
-
-        def run(*args):
-            with torch.no_grad():
-                return fn(*(ops.convert_to_tensor(arg) for arg in args))
-
-        return run
-    return fn
-
-
 def _compiled_search(model, key, fn):
     """The compiled ``fn`` for ``key`` (search and static arguments), made once
     per model and kept on it."""
@@ -284,7 +251,7 @@ def _compiled_search(model, key, fn):
         # save or to count as layers.
         object.__setattr__(model, "_decoding_functions", functions)
     if key not in functions:
-        functions[key] = _compile(model, fn)
+        functions[key] = backend.compile_loop(model, fn)
     return functions[key]
 
 

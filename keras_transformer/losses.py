@@ -5,6 +5,8 @@ import numbers
 import keras
 from keras import ops
 
+from keras_transformer import backend
+
 
 def _global_mean(total, count):
     """``total / count`` over the global batch, also under tf.distribute.
@@ -19,14 +21,7 @@ def _global_mean(total, count):
     over the replicas, which gives the global mean again when the replicas
     hold as many rows each. Other backends compute on the global batch.
     """
-    if keras.backend.backend() == "tensorflow":
-        import tensorflow as tf
-
-        replicas = tf.distribute.get_strategy().num_replicas_in_sync
-        context = tf.distribute.get_replica_context()
-        if replicas > 1 and context is not None:
-            count = context.all_reduce(tf.distribute.ReduceOp.SUM, count)
-    return ops.divide_no_nan(total, count)
+    return ops.divide_no_nan(total, backend.sum_over_replicas(count))
 
 
 def _check_pad_id(pad_id):

@@ -7,7 +7,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_transformer import _checks, _fault_safe
+from keras_transformer import _checks, _fault_safe, backend
 from keras_transformer.layers import masks
 from keras_transformer.layers.attention import call_sublayer
 from keras_transformer.layers.blocks import DecoderBlock, EncoderBlock
@@ -146,14 +146,8 @@ class Transformer(keras.Model):
         # modules cannot take sub-modules before): the functional graph
         # already tracks them, so they are saved once, under their names.
         self._parts = parts
-        self.source_embedding = parts.source_embedding
-        self.target_embedding = parts.target_embedding
-        self.encoder_position = parts.encoder_position
-        self.decoder_position = parts.decoder_position
-        self.encoder_blocks = parts.encoder_blocks
-        self.decoder_blocks = parts.decoder_blocks
-        self.encoder_norm = parts.encoder_norm
-        self.decoder_norm = parts.decoder_norm
+        for name in _Parts.PUBLIC:
+            setattr(self, name, getattr(parts, name))
         self.src_vocab_size = src_vocab_size
         self.tgt_vocab_size = tgt_vocab_size
         self.num_layers = num_layers
@@ -561,13 +555,13 @@ def _host_arrays(x, y):
             value = _as_array(value, name)
         if not hasattr(value, "shape") or not hasattr(value, "dtype"):
             continue
-        if isinstance(value, keras.KerasTensor) or _is_traced(value):
+        if isinstance(value, keras.KerasTensor) or backend.is_traced(value):
             return None
         arrays[name] = value
     if isinstance(y, (list, tuple)):
         y = _as_array(y, "targets")
     if y is not None and hasattr(y, "shape") and hasattr(y, "dtype"):
-        if not (isinstance(y, keras.KerasTensor) or _is_traced(y)):
+        if not (isinstance(y, keras.KerasTensor) or backend.is_traced(y)):
             arrays["targets"] = y
     return arrays
 
@@ -642,19 +636,6 @@ def _check_ids(ids, name, vocab_size, pads):
         )
 
 
-def _is_traced(value):
-    backend = keras.backend.backend()
-    if backend == "jax":
-        import jax
-
-        return isinstance(value, jax.core.Tracer)
-    if backend == "tensorflow":
-        import tensorflow as tf
-
-        return isinstance(value, tf.Tensor) and not tf.executing_eagerly()
-    return False
-
-
 def get_config(config=None, **overrides):
     """Resolve a named config, a ``TransformerConfig``, a dict or ``None`` (base)."""
     if config is None:
@@ -687,6 +668,18 @@ class _Parts:
     ``training=None``), run ``Transformer.encode``/``decode`` (inference), and,
     for the decoder, the cached step of ``Transformer.decode_step``.
     """
+
+    # The parts a Transformer has as attributes.
+    PUBLIC = (
+        "source_embedding",
+        "target_embedding",
+        "encoder_position",
+        "decoder_position",
+        "encoder_blocks",
+        "decoder_blocks",
+        "encoder_norm",
+        "decoder_norm",
+    )
 
     def __init__(
         self,

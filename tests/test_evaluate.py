@@ -6,6 +6,7 @@ import keras
 import pytest
 
 import keras_transformer as kt
+from keras_transformer import evaluation
 from keras_transformer.data import tokenizer as tk
 from training import evaluate
 
@@ -49,7 +50,7 @@ SENTENCES = [
 @pytest.mark.once
 def test_score_of_the_references_is_100():
     refs = SENTENCES[:8]
-    result = evaluate.score(refs, refs)
+    result = evaluation.score(refs, refs)
     assert result["bleu"] == pytest.approx(100.0)
     assert result["chrf"] == pytest.approx(100.0)
     assert result["sentences"] == 8
@@ -61,7 +62,7 @@ def test_score_of_the_references_is_100():
 
 @pytest.mark.once
 def test_score_of_unrelated_words_is_0():
-    result = evaluate.score(["x y z w", "q r s t"], ["a b c d", "e f g h"])
+    result = evaluation.score(["x y z w", "q r s t"], ["a b c d", "e f g h"])
     assert result["bleu"] == 0.0 and result["chrf"] == 0.0
 
 
@@ -71,7 +72,7 @@ def test_score_matches_sacrebleu():
 
     hyps = ["the cat sat on the mat .", "a dog runs", ""]
     refs = ["the cat sat on a mat .", "a dog is running", "hello world"]
-    result = evaluate.score(hyps, refs)
+    result = evaluation.score(hyps, refs)
     bleu = sacrebleu.corpus_bleu(hyps, [refs])
     chrf = sacrebleu.corpus_chrf(hyps, [refs])
     assert result["bleu"] == bleu.score and result["chrf"] == chrf.score
@@ -80,7 +81,7 @@ def test_score_matches_sacrebleu():
     assert isinstance(result["bleu"], float) and isinstance(result["chrf"], float)
     json.dumps(result)  # plain types only
     with pytest.raises(ValueError, match="2 hypotheses but 3 references"):
-        evaluate.score(hyps[:2], refs)
+        evaluation.score(hyps[:2], refs)
 
 
 @pytest.mark.once
@@ -155,9 +156,9 @@ def test_end_to_end(model_path, data, tmp_path, capsys):
     assert len(lines) == 6 and lines[-1] == ""  # five lines, each with "\n"
     # The scores are those of the hypotheses written, and these come from
     # the search asked for.
-    assert evaluate.score(lines[:5], SENTENCES[:5])["bleu"] == saved["bleu"]
+    assert evaluation.score(lines[:5], SENTENCES[:5])["bleu"] == saved["bleu"]
     assert saved["beam_size"] == 3 and saved["length_penalty"] == 0.5
-    translator = evaluate.load_translator(model_path)
+    translator = evaluation.load_translator(model_path)
     sources = SENTENCES[10:15]
     assert lines[:5] == translator.translate(sources, 3, 0.5)
     printed = capsys.readouterr().out
@@ -169,7 +170,7 @@ def test_weights_from_a_checkpoint(model_path, data, tmp_path, capsys):
     from keras_transformer import checkpoints
 
     source, reference = data
-    translator = evaluate.load_translator(model_path)
+    translator = evaluation.load_translator(model_path)
     model = translator.transformer
     model.set_weights([w * 1.5 for w in model.get_weights()])
     path = checkpoints.save_checkpoint(model, tmp_path / "ckpt", {"iterations": 7})
@@ -279,7 +280,7 @@ def test_translate_command_arguments_and_stdin(model_path, capsys):
     from training import translate
 
     sentences = SENTENCES[:3]
-    expected = evaluate.load_translator(model_path).translate(sentences)
+    expected = evaluation.load_translator(model_path).translate(sentences)
     from_args = translate.main(["--model", str(model_path), *sentences])
     assert from_args == expected
     assert capsys.readouterr().out == "".join(t + "\n" for t in expected)
@@ -297,7 +298,7 @@ def test_translate_command_search_options(model_path, capsys):
     from training import translate
 
     sentences = SENTENCES[3:5]
-    translator = evaluate.load_translator(model_path)
+    translator = evaluation.load_translator(model_path)
     greedy = translate.main(
         ["--model", str(model_path), "--beam-size", "1"] + sentences
     )

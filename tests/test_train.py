@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 from keras_transformer import checkpoints
+from keras_transformer.evaluation import load_translator
 from training import train
-from training.evaluate import load_translator
 
 REPO = Path(__file__).resolve().parents[1]
 MULTI30K = REPO.parent / "shared" / "data" / "multi30k"

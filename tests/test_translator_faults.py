@@ -17,7 +17,7 @@ import keras
 import pytest
 
 import keras_transformer as kt
-from keras_transformer import decoding
+from keras_transformer import decoding, evaluation
 from keras_transformer.data import tokenizer as tk
 from tests.test_evaluate import SENTENCES
 from training import attention, evaluate, translate
@@ -317,7 +317,7 @@ def test_a_damaged_file_is_named_with_its_fault(
 ):
     path = damage(kind, saved, tmp_path)
     with pytest.raises(Exception) as raised:
-        evaluate.load_translator(path)
+        evaluation.load_translator(path)
     assert type(raised.value).__name__ == error
     # What the scripts catch; ModelFileError is a ValueError.
     assert isinstance(raised.value, (OSError, ValueError))
@@ -340,7 +340,7 @@ def test_a_damaged_file_is_named_with_its_fault(
 @pytest.mark.once
 def test_load_translator_reads_the_intact_file(translator, saved):
     original, data = saved
-    loaded = evaluate.load_translator(original)
+    loaded = evaluation.load_translator(original)
     assert loaded.tokenizer.proto == translator.tokenizer.proto
     assert loaded.encode_sources(TEXTS) == translator.encode_sources(TEXTS)
     for a, b in zip(

@@ -19,8 +19,8 @@ import os
 
 from keras_transformer.attention_maps import attention_maps
 from keras_transformer.checkpoints import write_atomic
+from keras_transformer.evaluation import ModelFileError, load_translator
 from keras_transformer.plotting import KINDS, plot_attention_maps
-from training.evaluate import ModelFileError, load_translator
 
 
 def main(argv=None):

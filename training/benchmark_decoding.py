@@ -3,7 +3,7 @@
     KERAS_BACKEND=jax python -m training.benchmark_decoding
     python -m training.benchmark_decoding --all-backends   # one process each
 
-The setting of issue #4: the ``tiny`` config (untrained: speed does not
+The setting: the ``tiny`` config (untrained: speed does not
 depend on the weights), a batch of 32 sources of 16 tokens, 64 generated
 tokens per sentence (the end token is ignored, so every row runs all 64
 steps), the vocabulary of the built-in task (200). Each search is run once to
@@ -17,28 +17,14 @@ import argparse
 import json
 import os
 import platform
-import statistics
 import subprocess
 import sys
-import time
+
+from keras_transformer.timing import time_call
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 BACKENDS = ("tensorflow", "jax", "torch")
-
-
-def time_call(fn, repeats):
-    """``(first, median)``: seconds of a first call of ``fn`` (which compiles)
-    and the median of ``repeats`` calls after it."""
-    start = time.perf_counter()
-    fn()
-    first = time.perf_counter() - start
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return first, statistics.median(times)
 
 
 def measure(batch=32, source_length=16, steps=64, vocab=200, repeats=3, seed=0):

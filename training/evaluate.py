@@ -25,167 +25,14 @@ import argparse
 import json
 import os
 import time
-import warnings
-import zipfile
 
 import keras
 
-import keras_transformer as kt
 from keras_transformer import checkpoints
 from keras_transformer.checkpoints import write_atomic
+from keras_transformer.cli import add_search_arguments, positive_int
 from keras_transformer.data.corpus import CorpusError, read_parallel
-
-
-def score(hypotheses, references):
-    """Corpus BLEU and chrF of translations against one reference each.
-
-    Args:
-        hypotheses: list of str, the system's translations.
-        references: list of str, the reference translations, in the same
-            order.
-
-    Returns:
-        dict: ``bleu`` and ``chrf`` (floats, 0 to 100), their sacrebleu
-        signatures ``bleu_signature`` and ``chrf_signature`` (str),
-        ``bleu_details`` (sacrebleu's one-line summary with the n-gram
-        precisions and brevity penalty) and ``sentences`` (int).
-
-    Raises:
-        ValueError: the two lists differ in length.
-    """
-    import sacrebleu
-
-    hypotheses, references = list(hypotheses), list(references)
-    if len(hypotheses) != len(references):
-        raise ValueError(
-            f"{len(hypotheses)} hypotheses but {len(references)} references."
-        )
-    # The metric objects, rather than sacrebleu.corpus_bleu/corpus_chrf
-    # (which compute the same scores), also give the signatures.
-    bleu_metric = sacrebleu.BLEU()
-    chrf_metric = sacrebleu.CHRF()
-    bleu = bleu_metric.corpus_score(hypotheses, [references])
-    chrf = chrf_metric.corpus_score(hypotheses, [references])
-    return {
-        "bleu": float(bleu.score),
-        "chrf": float(chrf.score),
-        "bleu_signature": str(bleu_metric.get_signature()),
-        "chrf_signature": str(chrf_metric.get_signature()),
-        "bleu_details": str(bleu),
-        "sentences": len(hypotheses),
-    }
-
-
-class ModelFileError(ValueError):
-    """A model file that exists but does not hold a usable translator.
-
-    Args:
-        path: the file at fault.
-        reason: what is wrong with it, e.g. ``"empty file (0 bytes)"``.
-
-    The message is ``"{path}: {reason}"``, on one line.
-    """
-
-    def __init__(self, path, reason):
-        self.path = os.fsdecode(path)
-        self.reason = reason
-        super().__init__(f"{self.path}: {reason}")
-
-
-# Keras' messages can run to pages (the whole config of an unknown class);
-# a script prints the reason on one line.
-_REASON_CHARS = 300
-
-
-def _one_line(error):
-    text = " ".join(f"{type(error).__name__}: {error}".split())
-    if len(text) > _REASON_CHARS:
-        text = text[: _REASON_CHARS - 3] + "..."
-    return text
-
-
-def _check_archive(path):
-    """Raise ``ModelFileError`` unless ``path`` is a zip with a Keras config.
-
-    Keras reports an existing file that is not a zip (empty, truncated, or
-    something else) as "File not found", and a zip without config.json with
-    a bare ``KeyError``.
-    """
-    if not os.fsdecode(path).endswith(".keras"):
-        raise ModelFileError(
-            path, "name does not end in .keras (Keras loads no other model files)"
-        )
-    if os.path.getsize(path) == 0:
-        raise ModelFileError(path, "empty file (0 bytes), not a .keras archive")
-    try:
-        with zipfile.ZipFile(path) as archive:
-            names = archive.namelist()
-    except zipfile.BadZipFile:
-        with open(path, "rb") as file:
-            start = file.read(4)
-        # A zip starts with a local file header; one that has it but no
-        # readable directory at its end was cut short or overwritten.
-        if start == b"PK\x03\x04":
-            raise ModelFileError(
-                path, "truncated or damaged zip archive (unreadable directory)"
-            ) from None
-        raise ModelFileError(path, "not a zip archive, so not a .keras file") from None
-    if "config.json" not in names:
-        raise ModelFileError(path, "zip archive with no config.json: not a Keras model")
-
-
-def load_translator(path):
-    """The ``kt.Translator`` saved at ``path`` (a ``.keras`` file).
-
-    Besides what Keras checks, the file must be a readable zip archive
-    named ``*.keras`` and the translator's tokenizer must have its
-    vocabulary (the asset ``vocabulary.spm``).
-
-    Raises:
-        FileNotFoundError: no such file.
-        IsADirectoryError: ``path`` is a directory.
-        ModelFileError: the file is not a readable ``.keras`` archive, Keras
-            cannot load it, or the tokenizer lacks its vocabulary.
-        TypeError: the file holds another kind of model.
-    """
-    if os.path.isdir(path):
-        raise IsADirectoryError(
-            f"{path}: is a directory; pass the .keras file inside it"
-        )
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"{path}: no such model file")
-    _check_archive(path)
-    try:
-        with warnings.catch_warnings():
-            # keras-hub 0.32 opens the vocabulary asset without closing it; the
-            # ResourceWarning is harmless but fatal under -W error.
-            warnings.simplefilter("ignore", ResourceWarning)
-            translator = keras.saving.load_model(path)
-    except Exception as error:
-        # Whatever Keras, h5py, zipfile (a bad CRC) or SentencePiece raise
-        # for a damaged member; the original stays chained for a debugger.
-        raise ModelFileError(path, f"cannot be loaded: {_one_line(error)}") from error
-    if not isinstance(translator, kt.Translator):
-        raise TypeError(
-            f"{path}: holds a {type(translator).__name__}, not a "
-            "keras_transformer Translator"
-        )
-    try:
-        translator.check_tokenizer()
-    except ValueError as error:
-        raise ModelFileError(path, str(error)) from None
-    return translator
-
-
-def translate(translator, sources, batch_size, beam_size=4, length_penalty=0.6):
-    """The translations of ``sources``, in order (the scripts' one call site
-    of the decoder)."""
-    return translator.translate(
-        sources,
-        beam_size=beam_size,
-        length_penalty=length_penalty,
-        batch_size=batch_size,
-    )
+from keras_transformer.evaluation import ModelFileError, load_translator, score
 
 
 def default_out(model_path, source_path):
@@ -201,54 +48,7 @@ def default_out(model_path, source_path):
     return os.path.join(os.path.dirname(model_path), f"eval-{stem}.json")
 
 
-def positive_int(text):
-    """argparse type: an int >= 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
-
-
-def non_negative_float(text):
-    """argparse type: a float >= 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
-    return value
-
-
-def add_search_arguments(parser):
-    """--beam-size and --length-penalty, with the paper's defaults (§6.1)."""
-    parser.add_argument(
-        "--beam-size",
-        type=positive_int,
-        default=4,
-        help="hypotheses kept per sentence (default 4, the paper's; 1 = greedy)",
-    )
-    parser.add_argument(
-        "--length-penalty",
-        type=non_negative_float,
-        default=0.6,
-        help="alpha of the length penalty ((5 + |Y|) / 6) ** alpha (default 0.6)",
-    )
-
-
-def main(argv=None):
-    """Run the evaluation; ``argv`` as for ``argparse`` (None: ``sys.argv``).
-
-    Returns:
-        dict: what the JSON file holds (see the module docstring).
-
-    Raises:
-        SystemExit: status 2 for bad arguments, bad data or a missing or
-            damaged model.
-    """
+def _parser():
     parser = argparse.ArgumentParser(
         prog="python -m training.evaluate", description=__doc__.splitlines()[0]
     )
@@ -264,6 +64,33 @@ def main(argv=None):
     parser.add_argument(
         "--checkpoint", help="a training checkpoint folder whose weights to use"
     )
+    return parser
+
+
+def _load_checkpoint(translator, args, fail):
+    """The weights of ``--checkpoint`` into the translator's model."""
+    weights = os.path.join(args.checkpoint, checkpoints.WEIGHTS_FILE)
+    if not os.path.isfile(weights):
+        fail(f"{args.checkpoint}: not a checkpoint folder (no {weights})")
+    try:
+        checkpoints.load_checkpoint(translator.transformer, args.checkpoint)
+    except checkpoints.CheckpointError as error:
+        fail(str(error))  # damaged: names the folder and what is wrong
+    except ValueError as error:
+        fail(f"{args.checkpoint}: does not fit {args.model}: {error}")
+
+
+def main(argv=None):
+    """Run the evaluation; ``argv`` as for ``argparse`` (None: ``sys.argv``).
+
+    Returns:
+        dict: what the JSON file holds (see the module docstring).
+
+    Raises:
+        SystemExit: status 2 for bad arguments, bad data or a missing or
+            damaged model.
+    """
+    parser = _parser()
     args = parser.parse_args(argv)
     out = args.out or default_out(args.model, args.source)
 
@@ -283,19 +110,14 @@ def main(argv=None):
     except (OSError, TypeError, ModelFileError) as error:
         fail(str(error))
     if args.checkpoint is not None:
-        weights = os.path.join(args.checkpoint, checkpoints.WEIGHTS_FILE)
-        if not os.path.isfile(weights):
-            fail(f"{args.checkpoint}: not a checkpoint folder (no {weights})")
-        try:
-            checkpoints.load_checkpoint(translator.transformer, args.checkpoint)
-        except checkpoints.CheckpointError as error:
-            fail(str(error))  # damaged: names the folder and what is wrong
-        except ValueError as error:
-            fail(f"{args.checkpoint}: does not fit {args.model}: {error}")
+        _load_checkpoint(translator, args, fail)
 
     start = time.perf_counter()
-    hypotheses = translate(
-        translator, sources, args.batch_size, args.beam_size, args.length_penalty
+    hypotheses = translator.translate(
+        sources,
+        beam_size=args.beam_size,
+        length_penalty=args.length_penalty,
+        batch_size=args.batch_size,
     )
     seconds = time.perf_counter() - start
 

@@ -45,11 +45,8 @@ import keras_transformer as kt  # noqa: E402
 from keras_transformer import checkpoints  # noqa: E402
 from keras_transformer import data as ktd  # noqa: E402
 from keras_transformer.callbacks import Checkpointer, TimeBudget  # noqa: E402
-from training.evaluate import (  # noqa: E402
-    add_search_arguments,
-    load_translator,
-    score,
-)
+from keras_transformer.cli import add_search_arguments  # noqa: E402
+from keras_transformer.evaluation import load_translator, score  # noqa: E402
 
 # Per-task defaults; every one can be overridden on the command line.
 TASK_DEFAULTS = {
@@ -162,7 +159,12 @@ def parse_args(argv=None):
     parser.add_argument("--verbose", choices=["0", "1", "2", "auto"], default="auto")
     add_search_arguments(parser)  # for the final report
     args = parser.parse_args(argv)
+    _check_args(parser, args)
+    return args
 
+
+def _check_args(parser, args):
+    """Fill in the task's defaults and refuse bad settings (exit status 2)."""
     task = "numbers" if args.task else "data"
     if task == "data" and not (args.source and args.target):
         parser.error("--data needs --source and --target, e.g. --source de --target en")
@@ -197,7 +199,6 @@ def parse_args(argv=None):
         model_config(args)
     except (TypeError, ValueError) as error:
         parser.error(str(error))
-    return args
 
 
 def _int_list(text):
@@ -480,36 +481,85 @@ def _train(args, opened):
         )
         trained = run.get("trained_seconds", 0.0)
         return os.path.join(out, TRANSLATOR_FILE), data, trained
-    replicas, scope = 1, None
-    if args.data_parallel:
-        try:
-            parallel = kt.data_parallel()
-        except (ValueError, NotImplementedError) as error:
-            raise UsageError(str(error)) from None
-        opened.append(parallel)
-        replicas, scope = parallel.num_replicas, parallel.scope()
-        log(f"data parallel: {parallel.description}")
+    replicas, scope = _parallel(args, opened)
     keras.utils.set_random_seed(args.seed)
     if args.mixed_precision:
         keras.config.set_dtype_policy(args.mixed_precision)
-
-    # Tokenizer: trained once on source + target text (one joint vocabulary,
-    # §5.1), kept in --out so that a resumed run uses the very same ids.
-    train_src, train_tgt = data["train"]
-    tokenizer_path = os.path.join(out, TOKENIZER_FILE)
-    proto = None  # a new tokenizer, to be written once the settings are checked
-    if resuming and os.path.exists(tokenizer_path):
-        tokenizer = ktd.make_tokenizer(tokenizer_path)
-    else:
-        start = time.monotonic()
-        proto = _train_tokenizer(args, train_src + train_tgt)
-        tokenizer = ktd.make_tokenizer(proto)
-        log(
-            f"tokenizer: {args.tokenizer}, {tokenizer.vocabulary_size()} pieces "
-            f"({time.monotonic() - start:.1f} s)"
-        )
-
+    tokenizer, proto = _tokenizer(args, resuming, data["train"])
     config = model_config(args)
+    dataset, val_dataset, boundaries = _datasets(
+        args, tokenizer, data, config, replicas
+    )
+    run = _start_run(args, run if resuming else None, proto)
+
+    with scope if scope is not None else contextlib.nullcontext():
+        model = kt.build_model(
+            config, src_vocab_size=tokenizer.vocabulary_size(), share_embeddings=True
+        )
+        model.compile(
+            optimizer=kt.transformer_optimizer(
+                config.d_model, args.warmup_steps, args.lr_scale
+            ),
+            loss=kt.LabelSmoothedCrossEntropy(label_smoothing=args.label_smoothing),
+            metrics=[kt.MaskedAccuracy()],
+        )
+    log(
+        f"model: {args.config} {_describe(config)}, "
+        f"{model.count_params():,} parameters; backend {keras.backend.backend()}; "
+        f"{len(dataset)} batches of <= {args.batch_tokens} tokens per epoch, "
+        f"buckets {boundaries}"
+    )
+    ckpt_dir = os.path.join(out, CHECKPOINTS_DIR)
+    state = _resume_state(model, ckpt_dir) if resuming else None
+    trained = _fit(args, run, model, dataset, val_dataset, ckpt_dir, state)
+    if args.average_last > 1:
+        _average(args, model, ckpt_dir)
+
+    translator = kt.Translator(tokenizer, model)
+    path = os.path.join(out, TRANSLATOR_FILE)
+    will_create(out, run, TRANSLATOR_FILE)
+    checkpoints.save_model_atomic(translator, path)
+    run["status"] = "trained"
+    run["trained_seconds"] = round(trained, 1)
+    write_run(out, run)
+    log(f"saved {path}")
+    return path, data, trained
+
+
+def _parallel(args, opened):
+    """``(replicas, scope)`` of ``--data-parallel``; ``(1, None)`` without."""
+    if not args.data_parallel:
+        return 1, None
+    try:
+        parallel = kt.data_parallel()
+    except (ValueError, NotImplementedError) as error:
+        raise UsageError(str(error)) from None
+    opened.append(parallel)
+    log(f"data parallel: {parallel.description}")
+    return parallel.num_replicas, parallel.scope()
+
+
+def _tokenizer(args, resuming, train):
+    """``(tokenizer, proto)``: trained once on source + target text (one joint
+    vocabulary, §5.1) and kept in --out, so that a resumed run uses the very
+    same ids. ``proto`` is that of a new tokenizer, to be written once the
+    settings are checked (None when resuming)."""
+    path = os.path.join(args.out, TOKENIZER_FILE)
+    if resuming and os.path.exists(path):
+        return ktd.make_tokenizer(path), None
+    start = time.monotonic()
+    proto = _train_tokenizer(args, train[0] + train[1])
+    tokenizer = ktd.make_tokenizer(proto)
+    log(
+        f"tokenizer: {args.tokenizer}, {tokenizer.vocabulary_size()} pieces "
+        f"({time.monotonic() - start:.1f} s)"
+    )
+    return tokenizer, proto
+
+
+def _datasets(args, tokenizer, data, config, replicas):
+    """``(train, validation, boundaries)``: batches by length (§5.1)."""
+    train_src, train_tgt = data["train"]
     src_ids = ktd.encode(tokenizer, train_src)
     tgt_ids = ktd.encode(tokenizer, train_tgt, add_end=False)
     lengths = [max(len(s), len(t) + 1) for s, t in zip(src_ids, tgt_ids, strict=True)]
@@ -523,7 +573,6 @@ def _train(args, opened):
                 given=bool(args.bucket_lengths),
             )
         )
-
     dataset = ktd.BucketedDataset(
         src_ids,
         tgt_ids,
@@ -551,9 +600,15 @@ def _train(args, opened):
         shuffle=False,
         rows_multiple=replicas,
     )
+    return dataset, val_dataset, boundaries
 
-    # The first writes. run.json comes first: it lists each entry before the
-    # entry is created, for --overwrite to know what it may delete.
+
+def _start_run(args, previous, proto):
+    """The first writes: run.json (``previous``'s list of entries when
+    resuming), then a new tokenizer. run.json comes first: it lists each
+    entry before the entry is created, for --overwrite to know what it may
+    delete."""
+    out = args.out
     if args.overwrite and os.path.isdir(out):
         clear_out(out)
     os.makedirs(out, exist_ok=True)
@@ -561,51 +616,39 @@ def _train(args, opened):
         "status": "running",
         "settings": settings(args),
         "backend": keras.backend.backend(),
-        "created": run.get("created", []) if resuming else [],
+        "created": previous.get("created", []) if previous else [],
     }
     write_run(out, run)
     if proto is not None:
         will_create(out, run, TOKENIZER_FILE)
-        checkpoints.write_atomic(tokenizer_path, proto)
+        checkpoints.write_atomic(os.path.join(out, TOKENIZER_FILE), proto)
+    return run
 
-    with scope if scope is not None else contextlib.nullcontext():
-        model = kt.build_model(
-            config, src_vocab_size=tokenizer.vocabulary_size(), share_embeddings=True
+
+def _resume_state(model, ckpt_dir):
+    """Load the newest checkpoint that loads; its state, or None if there is
+    none. A damaged checkpoint is skipped (and left as it is)."""
+    latest, state = checkpoints.load_latest(model, ckpt_dir, _skipping)
+    if latest is not None:
+        log(
+            f"resuming from {latest}: epoch {state['epoch'] + 1}, "
+            f"batch {state['batch']}, step {state['iterations']}, "
+            f"{state['elapsed_seconds']:.0f} s trained"
         )
-        model.compile(
-            optimizer=kt.transformer_optimizer(
-                config.d_model, args.warmup_steps, args.lr_scale
-            ),
-            loss=kt.LabelSmoothedCrossEntropy(label_smoothing=args.label_smoothing),
-            metrics=[kt.MaskedAccuracy()],
+        return state
+    if checkpoints.list_checkpoints(ckpt_dir):
+        # Starting over would soon delete them; that is for the user to say.
+        raise UsageError(
+            f"no checkpoint in {ckpt_dir} loads (why is above); pass "
+            "--overwrite to train again from scratch."
         )
-    log(
-        f"model: {args.config} {_describe(config)}, "
-        f"{model.count_params():,} parameters; backend {keras.backend.backend()}; "
-        f"{len(dataset)} batches of <= {args.batch_tokens} tokens per epoch, "
-        f"buckets {boundaries}"
-    )
+    return None
 
-    ckpt_dir = os.path.join(out, CHECKPOINTS_DIR)
-    state = {"epoch": 0, "batch": 0, "iterations": 0, "elapsed_seconds": 0.0}
-    if resuming:
-        # A damaged checkpoint is skipped (and left as it is); the newest one
-        # that loads is as good a place to resume as any.
-        latest, restored = checkpoints.load_latest(model, ckpt_dir, _skipping)
-        if latest is not None:
-            state = restored
-            log(
-                f"resuming from {latest}: epoch {state['epoch'] + 1}, "
-                f"batch {state['batch']}, step {state['iterations']}, "
-                f"{state['elapsed_seconds']:.0f} s trained"
-            )
-        elif checkpoints.list_checkpoints(ckpt_dir):
-            # Starting over would soon delete them; that is for the user to say.
-            raise UsageError(
-                f"no checkpoint in {ckpt_dir} loads (why is above); pass "
-                "--overwrite to train again from scratch."
-            )
 
+def _fit(args, run, model, dataset, val_dataset, ckpt_dir, state):
+    """Train until ``--epochs`` or ``--max-minutes``, from ``state`` (a
+    checkpoint's, or None); returns the seconds trained in all."""
+    state = state or {"epoch": 0, "batch": 0, "elapsed_seconds": 0.0}
     budget = TimeBudget(
         None if args.max_minutes is None else 60 * args.max_minutes,
         elapsed=state["elapsed_seconds"] or 0.0,
@@ -618,15 +661,13 @@ def _train(args, opened):
         budget=budget,
     )
     callbacks = [budget, checkpointer, _Progress(args.epochs)]
-    tensorboard = _tensorboard(os.path.join(out, LOGS_DIR))
+    tensorboard = _tensorboard(os.path.join(args.out, LOGS_DIR))
     if tensorboard is not None:
         callbacks.append(tensorboard)
-    will_create(out, run, CHECKPOINTS_DIR, *([LOGS_DIR] if tensorboard else []))
+    will_create(args.out, run, CHECKPOINTS_DIR, *([LOGS_DIR] if tensorboard else []))
     verbose = args.verbose
     if verbose == "auto":
         verbose = 1 if sys.stdout.isatty() else 2
-    verbose = int(verbose)
-
     # One fit() per epoch, each on that epoch's fixed order of batches: a
     # resumed epoch then serves exactly the batches not trained yet.
     epoch, skip = state["epoch"], state["batch"]
@@ -638,41 +679,33 @@ def _train(args, opened):
             initial_epoch=epoch,
             epochs=epoch + 1,
             callbacks=callbacks,
-            verbose=verbose,
+            verbose=int(verbose),
             shuffle=False,
         )
         epoch, skip = _position(checkpointer.last_path)
-    trained = budget.elapsed
     reason = "time budget" if budget.exhausted else f"{args.epochs} epochs"
-    log(f"trained {trained:.0f} s ({reason}), {_steps(model)} steps")
+    log(f"trained {budget.elapsed:.0f} s ({reason}), {_steps(model)} steps")
+    return budget.elapsed
 
-    if args.average_last > 1:
-        # Up to this step: later ones (that did not load when resuming) are
-        # not of this training.
-        paths = checkpoints.list_checkpoints(ckpt_dir, up_to=_steps(model))
-        paths = paths[-args.average_last :]
-        skipped = []
 
-        def skip_one(error):
-            skipped.append(error)
-            _skipping(error)
+def _average(args, model, ckpt_dir):
+    """The mean of the last ``--average-last`` checkpoints' weights (§6.1),
+    up to this step: later ones (that did not load when resuming) are not of
+    this training."""
+    paths = checkpoints.list_checkpoints(ckpt_dir, up_to=_steps(model))
+    paths = paths[-args.average_last :]
+    skipped = []
 
-        try:
-            checkpoints.average_checkpoints(model, paths, on_skip=skip_one)
-        except checkpoints.CheckpointError as error:
-            raise UsageError(str(error)) from None
-        used = f"{len(paths) - len(skipped)} of " if skipped else ""
-        log(f"averaged {used}the last {len(paths)} checkpoints")
+    def skip_one(error):
+        skipped.append(error)
+        _skipping(error)
 
-    translator = kt.Translator(tokenizer, model)
-    path = os.path.join(out, TRANSLATOR_FILE)
-    will_create(out, run, TRANSLATOR_FILE)
-    checkpoints.save_model_atomic(translator, path)
-    run["status"] = "trained"
-    run["trained_seconds"] = round(trained, 1)
-    write_run(out, run)
-    log(f"saved {path}")
-    return path, data, trained
+    try:
+        checkpoints.average_checkpoints(model, paths, on_skip=skip_one)
+    except checkpoints.CheckpointError as error:
+        raise UsageError(str(error)) from None
+    used = f"{len(paths) - len(skipped)} of " if skipped else ""
+    log(f"averaged {used}the last {len(paths)} checkpoints")
 
 
 def _train_tokenizer(args, texts):

@@ -16,13 +16,8 @@ stops the run with exit status 2 and a one-line message naming the file.
 import argparse
 import sys
 
-from training.evaluate import (
-    ModelFileError,
-    add_search_arguments,
-    load_translator,
-    positive_int,
-    translate,
-)
+from keras_transformer.cli import add_search_arguments, positive_int
+from keras_transformer.evaluation import ModelFileError, load_translator
 
 
 def read_sentences(arguments, stdin):
@@ -94,8 +89,11 @@ def main(argv=None, stdin=None, stdout=None):
                 print(f"{score:.4f}\t{text}", file=stdout)
             print(file=stdout)
         return n_best
-    translations = translate(
-        translator, sentences, args.batch_size, args.beam_size, args.length_penalty
+    translations = translator.translate(
+        sentences,
+        beam_size=args.beam_size,
+        length_penalty=args.length_penalty,
+        batch_size=args.batch_size,
     )
     for translation in translations:
         print(translation, file=stdout)

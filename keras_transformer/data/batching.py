@@ -38,6 +38,7 @@ import numbers
 import keras
 import numpy as np
 
+from keras_transformer import backend
 from keras_transformer.special_tokens import END_ID, PAD_ID, START_ID
 
 
@@ -238,7 +239,7 @@ class BucketedDataset(_FixedOrder):
         if not 0 <= skip <= len(self):
             raise ValueError(f"skip must be in [0, {len(self)}]. Received: {skip}")
         order = self._epoch_order(epoch)[skip:]
-        if skip and keras.backend.backend() == "tensorflow":
+        if skip and backend.fixes_input_signature_from_first_batches():
             order = _shortest_and_longest_first(order)
         return _FixedOrder(self._plan, order)
 

@@ -76,27 +76,9 @@ def train_tokenizer(
     """
     import sentencepiece as spm
 
-    if isinstance(texts, (str, bytes)):
-        raise TypeError("texts must be an iterable of sentences, not one string.")
-    if isinstance(vocab_size, bool) or not isinstance(vocab_size, numbers.Integral):
-        raise TypeError(f"vocab_size must be an int. Received: {vocab_size!r}")
-    if vocab_size <= len(_SPECIAL_PIECES):
-        raise ValueError(
-            f"vocab_size must exceed the {len(_SPECIAL_PIECES)} reserved ids. "
-            f"Received: vocab_size={vocab_size}"
-        )
-    if model_type not in ("unigram", "bpe"):
-        raise ValueError(
-            f"model_type must be 'unigram' or 'bpe'. Received: {model_type!r}"
-        )
-    if not 0.0 < character_coverage <= 1.0:
-        raise ValueError(
-            "character_coverage must be in (0, 1]. "
-            f"Received: character_coverage={character_coverage!r}"
-        )
-    texts = [str(text) for text in texts]
-    if not any(texts):
-        raise ValueError("texts holds no non-empty sentence to train on.")
+    texts = _checked_training_arguments(
+        texts, vocab_size, model_type, character_coverage
+    )
 
     special = {}
     for kind, (piece_id, piece) in _SPECIAL_PIECES.items():
@@ -119,6 +101,33 @@ def train_tokenizer(
         **special,
     )
     return model.getvalue()
+
+
+def _checked_training_arguments(texts, vocab_size, model_type, character_coverage):
+    """``texts`` as a list of str, after the arguments' checks."""
+    if isinstance(texts, (str, bytes)):
+        raise TypeError("texts must be an iterable of sentences, not one string.")
+    if isinstance(vocab_size, bool) or not isinstance(vocab_size, numbers.Integral):
+        raise TypeError(f"vocab_size must be an int. Received: {vocab_size!r}")
+    if vocab_size <= len(_SPECIAL_PIECES):
+        raise ValueError(
+            f"vocab_size must exceed the {len(_SPECIAL_PIECES)} reserved ids. "
+            f"Received: vocab_size={vocab_size}"
+        )
+    if model_type not in ("unigram", "bpe"):
+        raise ValueError(
+            f"model_type must be 'unigram' or 'bpe'. Received: {model_type!r}"
+        )
+    if not 0.0 < character_coverage <= 1.0:
+        raise ValueError(
+            "character_coverage must be in (0, 1]. "
+            f"Received: character_coverage={character_coverage!r}"
+        )
+    texts = [str(text) for text in texts]
+    if not any(texts):
+        raise ValueError("texts holds no non-empty sentence to train on.")
+
+    return texts
 
 
 def make_tokenizer(proto):

@@ -5,7 +5,7 @@ import math
 import keras
 from keras import ops
 
-from keras_transformer import _checks
+from keras_transformer import _checks, backend
 from keras_transformer.layers import masks as masks_lib
 
 # Masked logits get this fill before the softmax. The explicit path takes its
@@ -14,26 +14,6 @@ from keras_transformer.layers import masks as masks_lib
 # entirely masked finite: they become a uniform average, as in every Keras
 # backend's fused kernel.
 _FLOAT32_MASK_FILL = -0.7 * 3.4028235e38
-
-
-def _fused_kernel_fails(dtype, d_k, d_v):
-    """Cases where `keras.ops.dot_product_attention` fails on the JAX backend
-    (Keras 3.15.1, JAX 0.10.2), so the explicit path must compute them:
-
-    - d_v != d_k: it reshapes the output to the query's shape and raises;
-    - float16 under `jax.jit` on the CPU: it asks XLA for a float16 x float16
-      -> float32 dot, which XLA:CPU rejects ("precision 'F16_F16_F32' is not
-      supported by dot_general on CPU").
-    """
-    if keras.backend.backend() != "jax":
-        return False
-    if d_k != d_v:
-        return True
-    if keras.backend.standardize_dtype(dtype) != "float16":
-        return False
-    import jax
-
-    return jax.default_backend() == "cpu"
 
 
 def _fresh_initializer(initializer):
@@ -206,7 +186,9 @@ class ScaledDotProductAttention(keras.layers.Layer):
         if not (
             return_attention_scores
             or dropout_active
-            or _fused_kernel_fails(query.dtype, query.shape[-1], value.shape[-1])
+            or backend.fused_attention_fails(
+                query.dtype, query.shape[-1], value.shape[-1]
+            )
         ):
             return ops.dot_product_attention(
                 query, key, value, mask=mask, scale=scale, is_causal=fused_causal

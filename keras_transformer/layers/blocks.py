@@ -347,17 +347,9 @@ class DecoderBlock(_Block):
         return_attention_scores=False,
         training=None,
     ):
-        if encoder_sequence is None and cross_attention_cache is None:
-            raise ValueError(
-                "DecoderBlock needs encoder_sequence (or cross_attention_cache)."
-            )
-        if encoder_sequence is not None:
-            _checks.check_same_batch(
-                decoder_sequence,
-                encoder_sequence,
-                "decoder_sequence",
-                "encoder_sequence",
-            )
+        self._check_encoder_sequence(
+            decoder_sequence, encoder_sequence, cross_attention_cache
+        )
         scores, caches = [], []
 
         def keep(out, cache_given):
@@ -372,21 +364,20 @@ class DecoderBlock(_Block):
             return out
 
         # Sub-layer 1: masked multi-head self-attention over the target (§3.2.3).
+        own = dict(
+            attention_mask=self_attention_mask,
+            use_causal_mask=use_causal_mask,
+            return_attention_scores=return_attention_scores,
+            training=training,
+            cache=self_attention_cache,
+            cache_update_index=self_attention_cache_update_index,
+        )
         x = self._sublayer(
             decoder_sequence,
             self.self_attention_norm,
             self.self_attention_dropout,
             lambda y: keep(
-                self._self_attend(
-                    y,
-                    decoder_sequence_mask,
-                    attention_mask=self_attention_mask,
-                    use_causal_mask=use_causal_mask,
-                    return_attention_scores=return_attention_scores,
-                    training=training,
-                    cache=self_attention_cache,
-                    cache_update_index=self_attention_cache_update_index,
-                ),
+                self._self_attend(y, decoder_sequence_mask, **own),
                 self_attention_cache is not None,
             ),
             training,
@@ -394,22 +385,20 @@ class DecoderBlock(_Block):
 
         # Sub-layer 2: cross-attention, queries from the decoder, keys and
         # values from the encoder, masked by the encoder's padding (§3.2.3).
+        cross = dict(
+            query_mask=decoder_sequence_mask,
+            value_mask=encoder_sequence_mask,
+            attention_mask=cross_attention_mask,
+            return_attention_scores=return_attention_scores,
+            training=training,
+            cache=cross_attention_cache,
+        )
         x = self._sublayer(
             x,
             self.cross_attention_norm,
             self.cross_attention_dropout,
             lambda y: keep(
-                call_sublayer(
-                    self.cross_attention,
-                    y,
-                    encoder_sequence,
-                    query_mask=decoder_sequence_mask,
-                    value_mask=encoder_sequence_mask,
-                    attention_mask=cross_attention_mask,
-                    return_attention_scores=return_attention_scores,
-                    training=training,
-                    cache=cross_attention_cache,
-                ),
+                call_sublayer(self.cross_attention, y, encoder_sequence, **cross),
                 cross_attention_cache is not None,
             ),
             training,
@@ -423,6 +412,20 @@ class DecoderBlock(_Block):
         if self_attention_cache is not None:
             outputs += (caches[0],)
         return outputs[0] if len(outputs) == 1 else outputs
+
+    @staticmethod
+    def _check_encoder_sequence(decoder_sequence, encoder_sequence, cache):
+        if encoder_sequence is None and cache is None:
+            raise ValueError(
+                "DecoderBlock needs encoder_sequence (or cross_attention_cache)."
+            )
+        if encoder_sequence is not None:
+            _checks.check_same_batch(
+                decoder_sequence,
+                encoder_sequence,
+                "decoder_sequence",
+                "encoder_sequence",
+            )
 
     def compute_cross_attention_cache(self, encoder_sequence):
         """The cross-attention keys and values of an encoder output.

@@ -1,0 +1,211 @@
+"""What differs between TensorFlow, JAX and PyTorch, in one place.
+
+The rest of the package is written in ``keras.ops``; where a backend needs
+its own code (compiling a decoding loop, telling traced values from concrete
+ones, stopping on a bad value inside a compiled step, working around a fused
+kernel that fails), it calls a function of this module.
+"""
+
+import keras
+from keras import ops
+
+
+def name():
+    return keras.backend.backend()
+
+
+# -- traced or concrete -------------------------------------------------------
+
+
+def concrete_value(x):
+    """A NumPy array if ``x`` is concrete, else ``None`` (a traced JAX value, a
+    TensorFlow graph tensor, a tensor inside ``torch.compile``)."""
+    backend = name()
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        if not tf.executing_eagerly() or not hasattr(x, "numpy"):
+            return None
+    elif backend == "jax":
+        import jax
+
+        if isinstance(x, jax.core.Tracer):
+            return None
+    elif backend == "torch":
+        import torch
+
+        if torch.compiler.is_compiling():
+            return None
+    return ops.convert_to_numpy(x)
+
+
+def is_traced(value):
+    """True for a JAX tracer or a TensorFlow graph tensor: a value whose
+    contents the host cannot read now."""
+    backend = name()
+    if backend == "jax":
+        import jax
+
+        return isinstance(value, jax.core.Tracer)
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        return isinstance(value, tf.Tensor) and not tf.executing_eagerly()
+    return False
+
+
+# -- stopping on a bad value inside a compiled computation --------------------
+
+
+if name() == "torch":
+    import torch
+
+    @torch.compiler.disable
+    def _outside_torch_graph(check, x):
+        """``check(values)`` left out of ``torch.compile``'s graph: it runs on
+        the real values between two compiled graphs, so a compiled step
+        (``jit_compile=True``) raises the same error as an eager one."""
+        check(ops.convert_to_numpy(x))
+
+
+def check_in_graph(x, low, high, message, output, on_failure):
+    """Stop the computation unless ``low <= x < high`` everywhere, where the
+    values are not known on the host (traced or compiled code).
+
+    ``message`` gets ``{lo}``/``{hi}``; ``on_failure(text)`` reports a failure
+    found on the host (JAX's callback, PyTorch outside the graph). Returns
+    ``output``, on TensorFlow with the assertion attached to it, so that
+    nothing computed from it (an optimizer update, say) runs when the check
+    fails.
+    """
+    backend = name()
+    if backend == "torch":  # inside torch.compile
+
+        def check(value):
+            if value.size and (value.min() < low or value.max() >= high):
+                on_failure(message.format(lo=value.min(), hi=value.max()))
+
+        _outside_torch_graph(check, x)
+        return output
+    lo, hi = ops.min(x), ops.max(x)
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        ok = tf.logical_and(lo >= low, hi < high)
+        # XLA (jit_compile=True) drops Assert ops; callers that can poison
+        # their output with NaN use `nan_unless_in_range` so that nothing
+        # passes silently there either.
+        check = tf.debugging.Assert(
+            ok, [message.format(lo="?", hi="?"), "lowest:", lo, "highest:", hi]
+        )
+        with tf.control_dependencies([check]):
+            return tf.identity(output)
+    if backend == "jax":
+        import jax
+
+        def _report(lo_value, hi_value):
+            if lo_value < low or hi_value >= high:
+                on_failure(message.format(lo=lo_value, hi=hi_value))
+
+        jax.debug.callback(_report, lo, hi)
+    return output
+
+
+def nan_unless_in_range(values, x, low, high):
+    """TensorFlow graphs only: ``values`` or, if some ``x`` is outside
+    ``[low, high)``, NaN. Under XLA the Assert of ``check_in_graph`` is
+    dropped, and an XLA gather clamps bad indices to finite garbage; NaN
+    shows it. Elsewhere ``values``."""
+    if name() != "tensorflow" or isinstance(x, keras.KerasTensor):
+        return values
+    import tensorflow as tf
+
+    if tf.executing_eagerly():
+        return values
+    ok = tf.logical_and(tf.reduce_min(x) >= low, tf.reduce_max(x) < high)
+    return tf.where(ok, values, tf.constant(float("nan"), values.dtype))
+
+
+# -- attention ----------------------------------------------------------------
+
+
+def fused_attention_fails(dtype, d_k, d_v):
+    """Cases where ``keras.ops.dot_product_attention`` fails on the JAX backend
+    (Keras 3.15.1, JAX 0.10.2), so the explicit path must compute them:
+
+    - d_v != d_k: it reshapes the output to the query's shape and raises;
+    - float16 under ``jax.jit`` on the CPU: it asks XLA for a float16 x float16
+      -> float32 dot, which XLA:CPU rejects ("precision 'F16_F16_F32' is not
+      supported by dot_general on CPU").
+    """
+    if name() != "jax":
+        return False
+    if d_k != d_v:
+        return True
+    if keras.backend.standardize_dtype(dtype) != "float16":
+        return False
+    import jax
+
+    return jax.default_backend() == "cpu"
+
+
+# -- decoding loops -----------------------------------------------------------
+
+
+def compile_loop(model, fn):
+    """``fn(*tensors)`` compiled for the backend, reading the model's weights:
+    ``jax.jit`` with the weights as arguments (not constants baked into the
+    program: the same compilation serves the weights after a further
+    ``fit()`` or a checkpoint load), ``tf.function(jit_compile=True)`` (XLA)
+    on TensorFlow, an eager call under ``torch.no_grad()`` on PyTorch."""
+    backend = name()
+    if backend == "jax":
+        import jax
+
+        variables = list(getattr(model, "variables", []))
+
+        @jax.jit
+        def run(values, *args):
+            with keras.StatelessScope(
+                state_mapping=list(zip(variables, values, strict=True))
+            ):
+                return fn(*args)
+
+        return lambda *args: run([v.value for v in variables], *args)
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        return tf.function(fn, jit_compile=True)
+    if backend == "torch":
+        import torch
+
+        def run(*args):
+            with torch.no_grad():
+                return fn(*(ops.convert_to_tensor(arg) for arg in args))
+
+        return run
+    return fn
+
+
+# -- data parallelism ---------------------------------------------------------
+
+
+def sum_over_replicas(x):
+    """Inside a ``tf.distribute`` replica: the sum of ``x`` over the replicas.
+    Elsewhere (one replica, JAX and PyTorch, which compute on the global
+    batch) ``x`` itself."""
+    if name() != "tensorflow":
+        return x
+    import tensorflow as tf
+
+    replicas = tf.distribute.get_strategy().num_replicas_in_sync
+    context = tf.distribute.get_replica_context()
+    if replicas > 1 and context is not None:
+        return context.all_reduce(tf.distribute.ReduceOp.SUM, x)
+    return x
+
+
+def fixes_input_signature_from_first_batches():
+    """Keras' TensorFlow trainer fixes a ``PyDataset``'s input signature from
+    its first two batches; the others trace per shape."""
+    return name() == "tensorflow"

@@ -1,0 +1,41 @@
+"""Command-line argument types shared by the scripts in ``training/``."""
+
+import argparse
+
+
+def positive_int(text):
+    """argparse type: an int >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def non_negative_float(text):
+    """argparse type: a float >= 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
+def add_search_arguments(parser):
+    """--beam-size and --length-penalty, with the paper's defaults (§6.1)."""
+    parser.add_argument(
+        "--beam-size",
+        type=positive_int,
+        default=4,
+        help="hypotheses kept per sentence (default 4, the paper's; 1 = greedy)",
+    )
+    parser.add_argument(
+        "--length-penalty",
+        type=non_negative_float,
+        default=0.6,
+        help="alpha of the length penalty ((5 + |Y|) / 6) ** alpha (default 0.6)",
+    )
