@@ -260,15 +260,15 @@ class Transformer(keras.Model):
         Returns:
             ``(self_attention_cache, cross_attention_cache)``: per decoder
             layer, ``(keys, values)``; the self-attention ones
-            ``(B, max_length, num_heads, d_k)`` zeros, the cross-attention
-            ones those of the encoder output, ``(B, S, num_heads, d_k)``.
+            ``(B, num_heads, max_length, d_k)`` zeros, the cross-attention
+            ones those of the encoder output, ``(B, num_heads, S, d_k)``.
             Only the first changes from step to step.
         """
         rows = ops.shape(encoder_outputs)[0]
         self_cache, cross_cache = [], []
         for block in self.decoder_blocks:
             attention = block.self_attention
-            shape = (rows, max_length, attention.num_heads, attention.d_k)
+            shape = (rows, attention.num_heads, max_length, attention.d_k)
             zeros = ops.zeros(shape, block.compute_dtype)
             self_cache.append((zeros, zeros))
             cross_cache.append(block.compute_cross_attention_cache(encoder_outputs))
@@ -283,7 +283,9 @@ class Transformer(keras.Model):
         that ``decode`` gives at position ``index`` of the whole prefix.
 
         Args:
-            token_ids: ``(B,)`` int, the token of each row at ``index``.
+            token_ids: ``(B,)`` int, the token of each row at ``index``;
+                not range-checked (a search feeds its own argmax), so they
+                must be in ``[0, tgt_vocab_size)``.
             index: scalar int, the position (0 for the start id).
             self_cache, cross_cache: from ``initial_cache``, the first as the
                 previous step returned it.

@@ -379,7 +379,7 @@ def test_mha_cached_self_attention_equals_causal_attention(rng):
     mha = kt.MultiHeadAttention(num_heads=2, d_model=8)
     x = rng.standard_normal((3, 5, 8)).astype("float32")
     full = _np(mha(x, x, use_causal_mask=True))
-    zeros = ops.zeros((3, 7, 2, 4))  # room for 7 positions, 5 used
+    zeros = ops.zeros((3, 2, 7, 4))  # (B, H, T_max, d_k): 7 positions, 5 used
     cache = (zeros, zeros)
     for t in range(5):
         out, cache = mha(
@@ -391,8 +391,9 @@ def test_mha_cached_self_attention_equals_causal_attention(rng):
         )
         np.testing.assert_allclose(_np(out)[:, 0], full[:, t], atol=1e-5)
     keys = _np(cache[0])
-    np.testing.assert_allclose(keys[:, :5], _np(mha.compute_key_value(x)[0]), atol=1e-6)
-    assert np.all(keys[:, 5:] == 0)
+    expected = _np(mha.compute_key_value(x)[0])
+    np.testing.assert_allclose(keys[:, :, :5], expected, atol=1e-6)
+    assert np.all(keys[:, :, 5:] == 0)
 
 
 def test_mha_cache_of_two_positions_at_once(rng):
@@ -402,7 +403,7 @@ def test_mha_cache_of_two_positions_at_once(rng):
     full = _np(mha(x, x, use_causal_mask=True))
     keys, values = mha.compute_key_value(x[:, :2])
     pad = ops.zeros((2, 2, 2, 4))
-    cache = (ops.concatenate([keys, pad], 1), ops.concatenate([values, pad], 1))
+    cache = (ops.concatenate([keys, pad], 2), ops.concatenate([values, pad], 2))
     out, _ = mha(
         x[:, 2:], x[:, 2:], use_causal_mask=True, cache=cache, cache_update_index=2
     )
@@ -417,4 +418,4 @@ def test_mha_cross_attention_cache_equals_the_keys_and_values(rng):
     expected = _np(mha(q, memory, value_mask=mask))
     out, cache = mha(q, value_mask=mask, cache=mha.compute_key_value(memory))
     np.testing.assert_allclose(_np(out), expected, atol=1e-6)
-    assert tuple(cache[0].shape) == (2, 6, 2, 4)
+    assert tuple(cache[0].shape) == (2, 2, 6, 4)

@@ -226,20 +226,20 @@ def test_layer_0_matches_numpy_reference(translator, maps):
     dec = [tk.START_ID] + tk.encode(tokenizer, [TARGET], add_end=False)[0]
 
     d_model = SMALL["d_model"]
-    table = _np(model.get_layer("shared_embedding").embeddings)
+    table = _np(model.target_embedding.embeddings)
 
     def embed(ids):  # §3.4-3.5: E[ids] * sqrt(d_model) + PE
         return table[ids] * np.sqrt(d_model) + sinusoids(len(ids), d_model)
 
     # Encoder layer 0: self-attention on the embedded source.
-    encoder_block = model.get_layer("encoder_block_0")
+    encoder_block = model.encoder_blocks[0]
     weights, _ = multi_head(encoder_block.self_attention, embed(src), embed(src))
     np.testing.assert_allclose(maps.encoder_self_attention[0], weights, atol=1e-5)
 
     # Decoder layer 0: masked self-attention, then the post-LN residual
     # (§3.1: LayerNorm(x + Sublayer(x))), then cross-attention to the
     # encoder output.
-    block = model.get_layer("decoder_block_0")
+    block = model.decoder_blocks[0]
     assert not block.norm_first
     x = embed(dec)
     weights, out = multi_head(block.self_attention, x, x, causal=True)

@@ -58,11 +58,11 @@ def test_cached_steps_equal_full_model(overrides):
         index = keras.ops.convert_to_tensor(t, "int32")
         logits, state = model.decode_step(tokens, index, state, cross, encoder_mask)
         np.testing.assert_allclose(numpy(logits), full[:, t], atol=2e-5, rtol=1e-5)
-    # The cache (B, T_max, H, d_k) holds the keys and values of the 8 positions
+    # The cache (B, H, T_max, d_k) holds the keys and values of the 8 positions
     # fed, and nothing after them.
     keys = numpy(state[0][0])
-    assert keys.shape == (5, 12, model.num_heads, model.d_model // model.num_heads)
-    assert np.abs(keys[:, :8]).max() > 0 and np.abs(keys[:, 8:]).max() == 0
+    assert keys.shape == (5, model.num_heads, 12, model.d_model // model.num_heads)
+    assert np.abs(keys[:, :, :8]).max() > 0 and np.abs(keys[:, :, 8:]).max() == 0
 
 
 @pytest.mark.slow

@@ -163,15 +163,17 @@ def test_keyword_overrides_of_named_config():
     model = kt.build_model(
         "base", src_vocab_size=100, num_layers=1, d_model=64, num_heads=4, d_ff=128
     )
-    names = {layer.name for layer in model.layers}
-    assert {"encoder_block_0", "decoder_block_0"} <= names
-    assert not {"encoder_block_1", "decoder_block_1"} & names
-    assert model.get_layer("shared_embedding").embeddings.shape == (100, 64)
-    block = model.get_layer("encoder_block_0")
+    assert len(model.encoder_blocks) == len(model.decoder_blocks) == 1
+    assert model.source_embedding is model.target_embedding
+    assert model.target_embedding.embeddings.shape == (100, 64)
+    block = model.encoder_blocks[0]
     assert (block.d_model, block.num_heads, block.d_ff) == (64, 4, 128)
+    # The parts keep the names of 0.1.0, under which its files saved weights.
+    names = {layer.name for layer in model.layers}
+    assert {"encoder_block_0", "decoder_block_0", "shared_embedding"} <= names
     # Untouched fields keep the named config's values ("base": dropout 0.1).
     assert block.dropout == pytest.approx(0.1)
-    assert model.get_layer("encoder_position").max_length == 512
+    assert model.encoder_position.max_length == 512
 
     tiny = kt.build_model("tiny", src_vocab_size=40)
     tiny_names = {layer.name for layer in tiny.layers}
@@ -201,10 +203,10 @@ def test_logits_shape_and_float32_dtype(global_policy, dtype_arg, compute):
         share_embeddings=False, src_vocab_size=VOCAB, tgt_vocab_size=30, dtype=dtype_arg
     )
     # The policy really reaches the layers (else the float32 check is trivial).
-    block = model.get_layer("decoder_block_0")
+    block = model.decoder_blocks[0]
     assert block.compute_dtype == compute
     assert block.self_attention.query_dense.compute_dtype == compute
-    assert model.get_layer("target_embedding").embeddings.dtype == "float32"
+    assert model.target_embedding.embeddings.dtype == "float32"
     rng = np.random.default_rng(1)
     x = {
         # (4, 7) and (4, 6), the shapes of `seq2seq_batch`: JAX's eager op
@@ -328,7 +330,7 @@ def compile_small(model, learning_rate=1e-3):
 def test_mixed_precision_training_and_padding_rows_are_finite(policy):
     keras.config.set_dtype_policy(policy)
     model = compile_small(small_model(num_layers=1))
-    assert model.get_layer("encoder_block_0").compute_dtype == policy.split("_")[1]
+    assert model.encoder_blocks[0].compute_dtype == policy.split("_")[1]
     rng = np.random.default_rng(6)
     # Two steps: a plain batch, then one with an all-padding source row and
     # an all-padding decoder row.

@@ -40,6 +40,11 @@ def call_sublayer(layer, *args, **kwargs):
     return layer(*args, **kwargs)
 
 
+def _heads_first(x):
+    # (B, T, H, d) -> (B, H, T, d)
+    return ops.transpose(x, (0, 2, 1, 3))
+
+
 def _validate_rate(name, value):
     if not 0.0 <= value < 1.0:
         raise ValueError(f"{name} must be in [0, 1). Received: {name}={value}")
@@ -162,16 +167,24 @@ class ScaledDotProductAttention(keras.layers.Layer):
         is_causal=False,
         return_attention_scores=False,
         training=None,
+        heads_first_key_value=False,
     ):
         """Attention on heads-last tensors: ``(B, T, H, d)`` -> ``(B, T_q, H, d_v)``.
 
         ``mask`` is broadcastable to ``(B, H, T_q, T_k)``. Weights, if asked
         for, are ``(B, H, T_q, T_k)``. This is the layout ``MultiHeadAttention``
         produces without a transpose, so it calls this method directly.
+
+        ``heads_first_key_value=True``: ``key`` and ``value`` are
+        ``(B, H, T_k, d)``, the layout of a decoding cache, which a step then
+        reads without a transpose; the products take that layout directly
+        (the explicit path: the fused kernel wants heads last).
         """
         d_k = query.shape[-1]
         scale = 1.0 / math.sqrt(d_k)
-        q_len, k_len = _checks.static_dim(query, 1), _checks.static_dim(key, 1)
+        time_axis = 2 if heads_first_key_value else 1
+        q_len = _checks.static_dim(query, 1)
+        k_len = _checks.static_dim(key, time_axis)
         dropout_active = self.dropout > 0 and bool(training)
 
         # A bare is_causal keeps the fused kernels' own causal path; it means
@@ -180,12 +193,13 @@ class ScaledDotProductAttention(keras.layers.Layer):
             is_causal and mask is None and q_len is not None and q_len == k_len
         )
         if is_causal and not fused_causal:
-            q_len_t, k_len_t = ops.shape(query)[1], ops.shape(key)[1]
+            q_len_t, k_len_t = ops.shape(query)[1], ops.shape(key)[time_axis]
             mask = masks_lib.merge_masks(mask, masks_lib.causal_mask(q_len_t, k_len_t))
 
         if not (
             return_attention_scores
             or dropout_active
+            or heads_first_key_value
             or backend.fused_attention_fails(
                 query.dtype, query.shape[-1], value.shape[-1]
             )
@@ -196,17 +210,22 @@ class ScaledDotProductAttention(keras.layers.Layer):
 
         if fused_causal:
             mask = masks_lib.causal_mask(ops.shape(query)[1], ops.shape(key)[1])
+        kv = "bhkd" if heads_first_key_value else "bkhd"
         # Scale the queries before the product so that float16 logits stay small.
         logits = ops.einsum(
-            "bqhd,bkhd->bhqk", query * ops.cast(scale, query.dtype), key
+            f"bqhd,{kv}->bhqk", query * ops.cast(scale, query.dtype), key
         )
         logits = ops.cast(logits, "float32")
         if mask is not None:
             logits = ops.where(mask, logits, _FLOAT32_MASK_FILL)
         weights = ops.softmax(logits, axis=-1)  # (B, H, T_q, T_k), float32
         weights = ops.cast(weights, self.compute_dtype)
-        dropped = self.dropout_layer(weights, training=training)
-        output = ops.einsum("bhqk,bkhd->bqhd", dropped, value)  # (B, T_q, H, d_v)
+        dropped = (
+            self.dropout_layer(weights, training=training)
+            if dropout_active
+            else weights
+        )
+        output = ops.einsum(f"bhqk,{kv}->bqhd", dropped, value)  # (B, T_q, H, d_v)
         if return_attention_scores:
             return output, weights
         return output
@@ -246,7 +265,7 @@ class MultiHeadAttention(keras.layers.Layer):
         use_causal_mask: bool, forbid attention to later positions (§3.2.3).
         return_attention_scores: bool, also return ``(B, num_heads, T_q, T_k)``.
         training: Python bool.
-        cache: optional ``(keys, values)``, each ``(B, T_k, num_heads, d_k)``.
+        cache: optional ``(keys, values)``, each ``(B, num_heads, T_k, d_k)``.
             With ``cache_update_index`` (decoding self-attention), the keys
             and values of this call are written into it at that position and
             the queries attend to all of it; ``use_causal_mask`` then hides
@@ -336,23 +355,29 @@ class MultiHeadAttention(keras.layers.Layer):
         # (B, T, d_model) -> (B, T, H, d_k)
         return ops.reshape(x, tuple(ops.shape(x)[:2]) + (self.num_heads, self.d_k))
 
+    def _project_key_value(self, value, key):
+        """``(keys, values)``, each ``(B, T, H, d_k)``."""
+        keys = self._split_heads(call_sublayer(self.key_dense, key))
+        values = self._split_heads(call_sublayer(self.value_dense, value))
+        return keys, values
+
     def compute_key_value(self, value, key=None):
-        """The projected keys and values of a sequence, split into heads.
+        """The projected keys and values of a sequence, as a cache holds them.
 
         A decoder computes its cross-attention keys and values this way once
-        per source, and passes them back as ``cache`` at every step.
+        per source, and passes them back as ``cache`` at every step. Heads
+        come before positions: a decoding step then reads the cache without
+        a transpose.
 
         Args:
             value: ``(B, T, dim_v)``.
             key: optional ``(B, T, dim_k)``; defaults to ``value``.
 
         Returns:
-            ``(keys, values)``, each ``(B, T, num_heads, d_k)``.
+            ``(keys, values)``, each ``(B, num_heads, T, d_k)``.
         """
-        key = value if key is None else key
-        keys = self._split_heads(call_sublayer(self.key_dense, key))
-        values = self._split_heads(call_sublayer(self.value_dense, value))
-        return keys, values
+        keys, values = self._project_key_value(value, value if key is None else key)
+        return _heads_first(keys), _heads_first(values)
 
     def call(
         self,
@@ -378,7 +403,7 @@ class MultiHeadAttention(keras.layers.Layer):
             if key is None:
                 key = value
                 key_mask = value_mask if key_mask is None else key_mask
-            k, v = self.compute_key_value(value, key)  # (B, T_k, H, d_k)
+            k, v = self._project_key_value(value, key)  # (B, T_k, H, d_k)
         # Padding masks -> (B, T_q, T_k); then a heads axis -> (B, 1, T_q, T_k).
         mask = masks_lib.merge_masks(
             masks_lib.attention_mask_from_padding(query_mask, value_mask),
@@ -390,9 +415,11 @@ class MultiHeadAttention(keras.layers.Layer):
             # attend to the cache up to their own position (with the causal
             # mask) or up to the last position written (without): the later
             # entries hold nothing yet.
-            start = (0, cache_update_index, 0, 0)
-            k = ops.slice_update(cache[0], start, ops.cast(k, cache[0].dtype))
-            v = ops.slice_update(cache[1], start, ops.cast(v, cache[1].dtype))
+            start = (0, 0, cache_update_index, 0)
+            k, v = (
+                ops.slice_update(old, start, ops.cast(_heads_first(new), old.dtype))
+                for old, new in zip(cache, (k, v), strict=True)
+            )
             cache = (k, v)
             query_length = ops.shape(query)[1]
             last = cache_update_index + (
@@ -400,7 +427,7 @@ class MultiHeadAttention(keras.layers.Layer):
                 if use_causal_mask
                 else ops.full((query_length,), query_length - 1, "int32")
             )
-            key_positions = ops.arange(ops.shape(k)[1], dtype="int32")
+            key_positions = ops.arange(ops.shape(k)[2], dtype="int32")
             visible = ops.less_equal(key_positions[None, :], last[:, None])
             mask = masks_lib.merge_masks(mask, visible[None])  # (B, T_q, T_max)
             use_causal_mask = False
@@ -412,9 +439,8 @@ class MultiHeadAttention(keras.layers.Layer):
         if mask is not None and len(mask.shape) == 3:
             mask = ops.expand_dims(mask, 1)
 
-        q = self._split_heads(
-            call_sublayer(self.query_dense, query)
-        )  # (B, T_q, H, d_k)
+        # (B, T_q, H, d_k), the layout of keras.ops.dot_product_attention.
+        q = self._split_heads(call_sublayer(self.query_dense, query))
         outputs = self.attention.attend(
             q,
             k,
@@ -423,6 +449,7 @@ class MultiHeadAttention(keras.layers.Layer):
             is_causal=use_causal_mask,
             return_attention_scores=return_attention_scores,
             training=training,
+            heads_first_key_value=cache is not None,
         )
         output, weights = outputs if return_attention_scores else (outputs, None)
         # Concat(head_1, ..., head_h): (B, T_q, H, d_k) -> (B, T_q, d_model)

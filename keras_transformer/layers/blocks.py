@@ -286,7 +286,7 @@ class DecoderBlock(_Block):
         cross_attention_mask: optional extra mask for the cross-attention,
             broadcastable to ``(B, T, S)``.
         self_attention_cache: optional ``(keys, values)``, each
-            ``(B, T_max, num_heads, d_k)``: the self-attention keys and values
+            ``(B, num_heads, T_max, d_k)``: the self-attention keys and values
             of the positions decoded so far. The keys and values of
             ``decoder_sequence`` are written into it at
             ``self_attention_cache_update_index``, and the updated cache is
@@ -434,6 +434,6 @@ class DecoderBlock(_Block):
         and passes them as ``cross_attention_cache`` at every step.
 
         Returns:
-            ``(keys, values)``, each ``(B, S, num_heads, d_k)``.
+            ``(keys, values)``, each ``(B, num_heads, S, d_k)``.
         """
         return self.cross_attention.compute_key_value(encoder_sequence)
