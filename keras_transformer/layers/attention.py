@@ -410,25 +410,10 @@ class MultiHeadAttention(keras.layers.Layer):
             masks_lib.attention_mask_from_padding(None, key_mask),
         )
         if cache is not None and cache_update_index is not None:
-            # Self-attention while decoding (§3.2.3): this call's keys and
-            # values go into the cache at `cache_update_index`, and the queries
-            # attend to the cache up to their own position (with the causal
-            # mask) or up to the last position written (without): the later
-            # entries hold nothing yet.
-            start = (0, 0, cache_update_index, 0)
-            k, v = (
-                ops.slice_update(old, start, ops.cast(_heads_first(new), old.dtype))
-                for old, new in zip(cache, (k, v), strict=True)
+            k, v, visible = self._write_cache(
+                cache, k, v, cache_update_index, ops.shape(query)[1], use_causal_mask
             )
             cache = (k, v)
-            query_length = ops.shape(query)[1]
-            last = cache_update_index + (
-                ops.arange(query_length, dtype="int32")
-                if use_causal_mask
-                else ops.full((query_length,), query_length - 1, "int32")
-            )
-            key_positions = ops.arange(ops.shape(k)[2], dtype="int32")
-            visible = ops.less_equal(key_positions[None, :], last[:, None])
             mask = masks_lib.merge_masks(mask, visible[None])  # (B, T_q, T_max)
             use_causal_mask = False
         if attention_mask is not None:
@@ -461,6 +446,28 @@ class MultiHeadAttention(keras.layers.Layer):
         if cache is not None:
             results += (cache,)
         return results[0] if len(results) == 1 else results
+
+    @staticmethod
+    def _write_cache(cache, k, v, index, query_length, causal):
+        """Self-attention while decoding (§3.2.3): this call's keys and values
+        (heads last) go into the cache (heads first) at ``index``; the queries
+        see the cache up to their own position (``causal``) or up to the last
+        position written: the later entries hold nothing yet.
+
+        Returns the new keys, values and the ``(T_q, T_max)`` visibility mask.
+        """
+        start = (0, 0, index, 0)
+        k, v = (
+            ops.slice_update(old, start, ops.cast(_heads_first(new), old.dtype))
+            for old, new in zip(cache, (k, v), strict=True)
+        )
+        last = index + (
+            ops.arange(query_length, dtype="int32")
+            if causal
+            else ops.full((query_length,), query_length - 1, "int32")
+        )
+        key_positions = ops.arange(ops.shape(k)[2], dtype="int32")
+        return k, v, ops.less_equal(key_positions[None, :], last[:, None])
 
     def compute_mask(self, query, previous_mask=None):
         # The output is aligned with the queries: it keeps the query mask.
