@@ -50,8 +50,9 @@ def _is_symbolic(x):
 
 
 def _check_values(value, low, high, message):
-    if value.size and (value.min() < low or value.max() >= high):
-        raise ValueError(message.format(lo=value.min(), hi=value.max()))
+    text = backend.out_of_range(value, low, high, message)
+    if text is not None:
+        raise ValueError(text)
 
 
 def check_range(x, low, high, message, output=None):

@@ -7,6 +7,7 @@ kernel that fails), it calls a function of this module.
 """
 
 import keras
+import numpy as np
 from keras import ops
 
 
@@ -57,35 +58,41 @@ def is_traced(value):
 # -- stopping on a bad value inside a compiled computation --------------------
 
 
+def out_of_range(values, low, high, message):
+    """The error message if some of ``values`` (NumPy) fall outside
+    ``[low, high)``, else None; ``message`` gets ``{lo}``/``{hi}``."""
+    values = np.asarray(values)
+    if values.size and (values.min() < low or values.max() >= high):
+        return message.format(lo=values.min(), hi=values.max())
+    return None
+
+
 if name() == "torch":
     import torch
 
     @torch.compiler.disable
-    def _outside_torch_graph(check, x):
-        """``check(values)`` left out of ``torch.compile``'s graph: it runs on
+    def _outside_torch_graph(x, low, high, message):
+        """The eager check, left out of ``torch.compile``'s graph: it runs on
         the real values between two compiled graphs, so a compiled step
-        (``jit_compile=True``) raises the same error as an eager one."""
-        check(ops.convert_to_numpy(x))
+        (``jit_compile=True``) raises the same ``ValueError`` as an eager one."""
+        text = out_of_range(ops.convert_to_numpy(x), low, high, message)
+        if text is not None:
+            raise ValueError(text)
 
 
-def check_in_graph(x, low, high, message, output, on_failure):
+def check_in_graph(x, low, high, message, output, on_jax_failure):
     """Stop the computation unless ``low <= x < high`` everywhere, where the
     values are not known on the host (traced or compiled code).
 
-    ``message`` gets ``{lo}``/``{hi}``; ``on_failure(text)`` reports a failure
-    found on the host (JAX's callback, PyTorch outside the graph). Returns
-    ``output``, on TensorFlow with the assertion attached to it, so that
-    nothing computed from it (an optimizer update, say) runs when the check
-    fails.
+    ``message`` gets ``{lo}``/``{hi}``. PyTorch (inside ``torch.compile``)
+    raises ``ValueError``; JAX calls ``on_jax_failure(text)`` from a host
+    callback; TensorFlow asserts. Returns ``output``, on TensorFlow with the
+    assertion attached to it, so that nothing computed from it (an optimizer
+    update, say) runs when the check fails.
     """
     backend = name()
     if backend == "torch":  # inside torch.compile
-
-        def check(value):
-            if value.size and (value.min() < low or value.max() >= high):
-                on_failure(message.format(lo=value.min(), hi=value.max()))
-
-        _outside_torch_graph(check, x)
+        _outside_torch_graph(x, low, high, message)
         return output
     lo, hi = ops.min(x), ops.max(x)
     if backend == "tensorflow":
@@ -104,8 +111,9 @@ def check_in_graph(x, low, high, message, output, on_failure):
         import jax
 
         def _report(lo_value, hi_value):
-            if lo_value < low or hi_value >= high:
-                on_failure(message.format(lo=lo_value, hi=hi_value))
+            text = out_of_range([lo_value, hi_value], low, high, message)
+            if text is not None:
+                on_jax_failure(text)
 
         jax.debug.callback(_report, lo, hi)
     return output
