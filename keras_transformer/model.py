@@ -773,7 +773,8 @@ class _Parts:
             mask = masks.padding_mask(decoder_inputs)
             y = self.decoder_position(self.target_embedding(decoder_inputs))
             y = self.decoder_dropout(y, training=training)
-            call, caches = _call, [(None, None)] * len(self.decoder_blocks)
+            call = _through_call
+            steps = [{}] * len(self.decoder_blocks)
         else:
             # The search's own tokens: in range by construction, so the
             # embedding's range check (a host round trip a step) is skipped.
@@ -782,11 +783,17 @@ class _Parts:
             y = call_sublayer(
                 self.decoder_position, y, start_index=index, check_length=False
             )
-            call, caches = call_sublayer, zip(*cache, strict=True)
+            call = call_sublayer
+            steps = [
+                dict(
+                    self_attention_cache=self_cache,
+                    self_attention_cache_update_index=index,
+                    cross_attention_cache=cross_cache,
+                )
+                for self_cache, cross_cache in zip(*cache, strict=True)
+            ]
         scores, new_cache = [], []
-        for block, (self_cache, cross_cache) in zip(
-            self.decoder_blocks, caches, strict=True
-        ):
+        for block, step in zip(self.decoder_blocks, steps, strict=True):
             y = call(
                 block,
                 y,
@@ -795,9 +802,7 @@ class _Parts:
                 encoder_sequence_mask=encoder_mask,
                 return_attention_scores=return_attention_scores,
                 training=training,
-                self_attention_cache=self_cache,
-                self_attention_cache_update_index=index,
-                cross_attention_cache=cross_cache,
+                **step,
             )
             if return_attention_scores:
                 y, weights = y
@@ -813,16 +818,9 @@ class _Parts:
         return logits, (scores if cache is None else tuple(new_cache))
 
 
-def _call(layer, *args, **kwargs):
-    """``layer(...)`` through ``Layer.__call__``, without the cache arguments
-    of a decoding step (the functional graph records only what it is given)."""
-    for name in (
-        "self_attention_cache",
-        "self_attention_cache_update_index",
-        "cross_attention_cache",
-    ):
-        if kwargs.get(name, 0) is None:
-            del kwargs[name]
+def _through_call(layer, *args, **kwargs):
+    """``layer(...)``: through ``Layer.__call__``, so that the functional graph
+    records the call."""
     return layer(*args, **kwargs)
 
 

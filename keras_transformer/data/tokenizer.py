@@ -126,7 +126,6 @@ def _checked_training_arguments(texts, vocab_size, model_type, character_coverag
     texts = [str(text) for text in texts]
     if not any(texts):
         raise ValueError("texts holds no non-empty sentence to train on.")
-
     return texts
 
 
