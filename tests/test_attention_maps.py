@@ -1,4 +1,8 @@
-"""Attention maps of a translator, their heatmaps, and the plotting command."""
+"""Attention maps of a translator, their heatmaps, and the plotting command.
+
+Per backend: the maps' shapes and layer 0 against NumPy. Marked `once`: the
+choice of target, truncation, plotting and the command.
+"""
 
 import dataclasses
 import io
@@ -83,6 +87,7 @@ def test_shapes_and_tokens(translator, maps):
         maps.source_tokens = []
 
 
+@pytest.mark.once
 def test_rows_are_distributions_and_decoder_is_causal(maps):
     for array in (
         maps.encoder_self_attention,
@@ -103,6 +108,7 @@ def test_rows_are_distributions_and_decoder_is_causal(maps):
 
 
 @pytest.mark.slow
+@pytest.mark.once
 def test_default_target_is_the_greedy_translation(translator):
     tokenizer = translator.tokenizer
     # Greedy search, not the default beam search.
@@ -115,6 +121,7 @@ def test_default_target_is_the_greedy_translation(translator):
 
 
 @pytest.mark.slow
+@pytest.mark.once
 def test_default_target_stops_at_end_and_fits_the_decoder(translator, monkeypatch):
     tokenizer = translator.tokenizer
     calls = []
@@ -140,6 +147,7 @@ def test_default_target_stops_at_end_and_fits_the_decoder(translator, monkeypatc
 
 
 @pytest.mark.slow
+@pytest.mark.once
 def test_long_source_is_truncated_with_one_warning(translator, monkeypatch):
     long_source = "seven hundred seventy-seven thousand seven hundred seventy-seven"
     full = tk.encode(translator.tokenizer, [long_source])[0]

@@ -1,4 +1,8 @@
-"""Atomic checkpoints, resume state, checkpoint averaging and the time budget."""
+"""Atomic checkpoints, resume state, checkpoint averaging and the time budget.
+
+Per backend: weights written, read back and averaged. Marked `once`: the
+callbacks' bookkeeping and the file handling, which no backend touches.
+"""
 
 import os
 
@@ -77,6 +81,7 @@ def test_save_list_load_round_trip(tmp_path):
     assert int(keras.ops.convert_to_numpy(fresh.optimizer.iterations)) == 1
 
 
+@pytest.mark.once
 def test_interrupted_writes_are_ignored_and_cleaned(tmp_path):
     model = small_model()
     model(batch()[0])
@@ -92,6 +97,7 @@ def test_interrupted_writes_are_ignored_and_cleaned(tmp_path):
     assert not (tmp_path / ".tmp-step-000000004").exists()
 
 
+@pytest.mark.once
 def test_keep_deletes_oldest_and_same_step_replaces(tmp_path):
     model = small_model()
     model(batch()[0])
@@ -126,6 +132,7 @@ def test_average_checkpoints_is_the_mean(tmp_path):
         checkpoints.average_checkpoints(model, [])
 
 
+@pytest.mark.once
 def test_save_model_atomic(tmp_path):
     model = small_model(compile=False)
     model(batch()[0])
@@ -141,6 +148,7 @@ def test_save_model_atomic(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.once
 def test_time_budget_stops_fit_and_accumulates():
     model = small_model()
     x, y = batch(rows=8)
@@ -156,6 +164,7 @@ def test_time_budget_stops_fit_and_accumulates():
 
 
 @pytest.mark.slow
+@pytest.mark.once
 def test_checkpointer_records_position(tmp_path):
     model = small_model()
     x, y = batch(rows=8)

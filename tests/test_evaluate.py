@@ -135,6 +135,7 @@ def data(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.once
 def test_end_to_end(model_path, data, tmp_path, capsys):
     source, reference = data
     out = tmp_path / "results" / "eval.json"
@@ -166,6 +167,7 @@ def test_end_to_end(model_path, data, tmp_path, capsys):
 
 
 @pytest.mark.slow
+@pytest.mark.once
 def test_weights_from_a_checkpoint(model_path, data, tmp_path, capsys):
     from keras_transformer import checkpoints
 

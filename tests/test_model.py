@@ -448,6 +448,7 @@ def test_save_load_round_trip_and_training_continues(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.once
 def test_user_snippet_tiny_fit_save_load(tmp_path):
     # The snippet from the issue, with "tiny": compile, fit on a dict, save, load.
     import keras_transformer

@@ -1,4 +1,9 @@
-"""Translator: tokenizer + Transformer + greedy decoding, saved as one file."""
+"""Translator: tokenizer + Transformer + greedy decoding, saved as one file.
+
+Per backend: the searches against a reference that runs the whole model
+once per token, and the `.keras` round trip. Marked `once`: the Translator's own
+Python (lengths, warnings, argument checks), the same on every backend.
+"""
 
 import os
 import warnings
@@ -97,6 +102,7 @@ def naive_greedy(model, src_ids, max_steps):
 
 
 @pytest.mark.slow
+@pytest.mark.once
 def test_untrained_model_returns_strings(tokenizer):
     translator = Translator(tokenizer, tiny_model(tokenizer))
     texts = ["one hundred", "seven", "twenty-three thousand four", "nine"]
@@ -127,6 +133,7 @@ def test_untrained_model_returns_strings(tokenizer):
 
 
 @pytest.mark.slow
+@pytest.mark.once
 def test_default_output_length_is_source_length_plus_50(tokenizer):
     # Paper §6.1: at most input length + 50 tokens, and never more than the
     # model's max_length.
@@ -170,6 +177,7 @@ def test_greedy_matches_naive_reference(trained):
 
 
 @pytest.mark.slow
+@pytest.mark.once
 def test_training_sanity(trained):
     # Thirty quick epochs of the copy task: most training sentences come back.
     out = trained.translate(SOURCES[:40])
@@ -203,6 +211,7 @@ def test_keras_file_round_trip(trained, proto, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.once
 def test_empty_and_unseen_characters(trained):
     texts = ["", "Ω", "one # two"]
     src = tk.encode(trained.tokenizer, texts)
@@ -235,6 +244,7 @@ def warns_max_length(call, limit):
 
 
 @pytest.mark.slow
+@pytest.mark.once
 def test_too_long_source_warns_and_is_truncated(tokenizer):
     translator = Translator(tokenizer, tiny_model(tokenizer, max_length=16))
     long_text = "seven hundred seventy-seven thousand seven hundred seventy-seven"
@@ -256,6 +266,7 @@ def test_too_long_source_warns_and_is_truncated(tokenizer):
     assert len(row) <= 16 and (row[-1] == tk.END_ID or len(row) == 16)
 
 
+@pytest.mark.once
 def test_bad_arguments(tokenizer):
     translator = Translator(tokenizer, tiny_model(tokenizer))
     with pytest.raises(ValueError, match="max_output_length"):
@@ -329,6 +340,7 @@ def test_beam_size_one_is_greedy(trained):
     np.testing.assert_array_equal(beam_tokens[:, 0], tokens)
 
 
+@pytest.mark.once
 def test_n_best(trained):
     texts = SOURCES[:6]
     n_best = trained.n_best(texts, n=3, beam_size=4)
@@ -342,6 +354,7 @@ def test_n_best(trained):
 
 
 @pytest.mark.slow
+@pytest.mark.once
 def test_bad_search_arguments(trained):
     with pytest.raises(ValueError, match="beam_size must be >= 1"):
         trained.translate(["one"], beam_size=0)
