@@ -1,10 +1,12 @@
-"""Callbacks for long training runs: a time budget and resumable checkpoints."""
+"""Callbacks for long training runs: a time budget, resumable checkpoints and
+progress lines for logs."""
 
+import sys
 import time
 
 import keras
 
-from keras_transformer import checkpoints
+from keras_transformer import checkpoints, progress
 
 
 class TimeBudget(keras.callbacks.Callback):
@@ -127,3 +129,56 @@ class Checkpointer(keras.callbacks.Callback):
         self.last_path = checkpoints.save_checkpoint(
             self.model, self.directory, state, keep=self.keep
         )
+
+
+class ProgressLog(keras.callbacks.Callback):
+    """A line every ``every`` seconds within an epoch, for logs.
+
+    Keras' progress bar prints one line per epoch when its output is not a
+    terminal, and an epoch can last many minutes; this prints the step, the
+    loss, target tokens per second, the learning rate and what is left of the
+    time budget in between.
+
+    Args:
+        every: float, seconds between lines.
+        budget: optional ``TimeBudget`` whose remaining time is shown.
+        tokens: optional callable, ``tokens(batch)`` the target tokens of
+            batch ``batch`` of the running ``fit`` (for tokens per second).
+        stream: where the lines go (default ``sys.stdout``, with Keras' own).
+        clock: callable returning seconds (for tests).
+    """
+
+    def __init__(self, every=30.0, budget=None, tokens=None, stream=None, clock=None):
+        super().__init__()
+        self.every = every
+        self.budget = budget
+        self.tokens = tokens
+        self.stream = stream
+        self.clock = time.monotonic if clock is None else clock
+
+    def on_train_begin(self, logs=None):
+        self._start = self._last = self.clock()
+        self._seen_tokens = 0
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self.tokens is not None:
+            self._seen_tokens += self.tokens(batch)
+        now = self.clock()
+        if now - self._last < self.every:
+            return
+        self._last = now
+        steps = self.params.get("steps")
+        parts = [f"step {batch + 1}" + (f"/{steps}" if steps else "")]
+        if logs and "loss" in logs:
+            parts.append(f"loss {float(logs['loss']):.4f}")
+        if self.tokens is not None and now > self._start:
+            rate = self._seen_tokens / (now - self._start)
+            parts.append(f"{rate:,.0f} target tokens/s")
+        rate = self.model.optimizer.learning_rate
+        parts.append(f"learning rate {float(keras.ops.convert_to_numpy(rate)):.3g}")
+        if self.budget is not None and self.budget.max_seconds is not None:
+            left = max(self.budget.max_seconds - self.budget.elapsed, 0.0)
+            parts.append(f"{progress.duration(left)} of the time budget left")
+        stream = sys.stdout if self.stream is None else self.stream
+        stream.write(", ".join(parts) + "\n")
+        stream.flush()

@@ -39,3 +39,14 @@ def add_search_arguments(parser):
         default=0.6,
         help="alpha of the length penalty ((5 + |Y|) / 6) ** alpha (default 0.6)",
     )
+
+
+VERBOSE_HELP = (
+    "show TensorFlow's, CUDA's and absl's start-up logs (hidden by default; "
+    "see keras_transformer/commands/__init__.py)"
+)
+
+
+def add_verbose_argument(parser):
+    """``--verbose``: framework start-up logs back (read at import time)."""
+    parser.add_argument("--verbose", action="store_true", help=VERBOSE_HELP)

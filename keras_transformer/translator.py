@@ -60,6 +60,7 @@ from keras_transformer.data.tokenizer import (
     encode,
     special_ids,
 )
+from keras_transformer.progress import Progress
 
 # Paper §6.1: "We set the maximum output length during inference to input
 # length + 50".
@@ -89,6 +90,12 @@ def _check_search(beam_size, length_penalty, max_output_length, batch_size, use_
         _check_length(batch_size, "batch_size", optional=False),
         bool(use_cache),
     )
+
+
+def _check_verbose(verbose):
+    if isinstance(verbose, float) or verbose not in (0, 1):
+        raise ValueError(f"verbose must be 0 or 1. Received: verbose={verbose!r}")
+    return bool(verbose)
 
 
 def _check_texts(texts):
@@ -133,6 +140,21 @@ def _boundaries(max_length):
     if max_length is None:
         return [8]
     return bucket_boundaries(max_length, min_length=8, step=2, multiple=8)
+
+
+def inference_copy(transformer):
+    """A new ``Transformer`` with ``transformer``'s architecture and weights,
+    and nothing of its training: no compile settings, no optimizer.
+
+    A ``.keras`` file saves every object a model refers to, so a
+    ``Translator`` around the trained model would carry the optimizer's
+    state (Adam's two moments: twice the weights again) and the compile
+    settings of the backend it was trained on. What translates is the copy;
+    checkpoints keep the optimizer, for resuming.
+    """
+    copy = type(transformer).from_config(transformer.get_config())
+    copy.set_weights(transformer.get_weights())
+    return copy
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -220,6 +242,7 @@ class Translator(keras.Model):
         max_output_length=None,
         batch_size=64,
         use_cache=True,
+        verbose=0,
     ):
         """Translate sentences with beam search (greedy with ``beam_size=1``).
 
@@ -238,6 +261,8 @@ class Translator(keras.Model):
             use_cache: bool, decode with the key/value cache (default), or
                 rerun the whole model on the prefix at each step (slower; the
                 same tokens).
+            verbose: 0 (silent) or 1: sentences done, sentences per second
+                and time left on stderr (``keras_transformer.progress``).
 
         Returns:
             list of str, one per input (``""`` where the model ends at once).
@@ -247,7 +272,13 @@ class Translator(keras.Model):
                 read.
         """
         ids = self.translate_ids(
-            texts, beam_size, length_penalty, max_output_length, batch_size, use_cache
+            texts,
+            beam_size,
+            length_penalty,
+            max_output_length,
+            batch_size,
+            use_cache,
+            verbose,
         )
         return decode(self.tokenizer, ids)
 
@@ -259,6 +290,7 @@ class Translator(keras.Model):
         max_output_length=None,
         batch_size=64,
         use_cache=True,
+        verbose=0,
     ):
         """Like ``translate`` but returns the generated token ids.
 
@@ -269,7 +301,9 @@ class Translator(keras.Model):
         search = _check_search(
             beam_size, length_penalty, max_output_length, batch_size, use_cache
         )
-        hypotheses = self.decode_ids(self.encode_sources(texts), *search)
+        hypotheses = self.decode_ids(
+            self.encode_sources(texts), *search, verbose=verbose
+        )
         return [best[0][0] for best in hypotheses]
 
     def n_best(
@@ -281,6 +315,7 @@ class Translator(keras.Model):
         max_output_length=None,
         batch_size=64,
         use_cache=True,
+        verbose=0,
     ):
         """The ``n`` best translations of each sentence, with their scores.
 
@@ -306,7 +341,9 @@ class Translator(keras.Model):
             raise ValueError(
                 f"n must be between 1 and beam_size={beam_size}. Received: n={n}"
             )
-        hypotheses = self.decode_ids(self.encode_sources(texts), *search)
+        hypotheses = self.decode_ids(
+            self.encode_sources(texts), *search, verbose=verbose
+        )
         results = []
         for row in hypotheses:
             row = row[:n]
@@ -376,6 +413,7 @@ class Translator(keras.Model):
         max_output_length=None,
         batch_size=64,
         use_cache=True,
+        verbose=0,
     ):
         """Search for the translations of encoded sources.
 
@@ -415,6 +453,7 @@ class Translator(keras.Model):
         # Sort by length so that a batch shares one source bucket.
         order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
         results = [None] * len(sources)
+        progress = Progress(len(sources)) if _check_verbose(verbose) else None
         for start in range(0, len(order), batch_size):
             chunk = order[start : start + batch_size]
             outputs = self._decode_batch(
@@ -427,6 +466,8 @@ class Translator(keras.Model):
             )
             for i, output in zip(chunk, outputs, strict=True):
                 results[i] = output
+            if progress is not None:
+                progress.update(start + len(chunk))
         return results
 
     def _decode_batch(

@@ -356,3 +356,14 @@ def test_epoch_view_is_the_epochs_fixed_order_minus_skipped_batches():
         dataset.epoch_view(2, skip=len(dataset) + 1)
     with pytest.raises(IndexError):
         rest[len(rest)]
+
+
+@pytest.mark.once
+def test_target_tokens_count_each_batchs_targets_and_end_tokens():
+    src = [[5, 6], [7], [8, 9, 10], [11]]
+    tgt = [[5], [6, 7], [8, 9, 10], [4, 4, 4, 4]]
+    dataset = BucketedDataset(src, tgt, batch_tokens=64, boundaries=[8], shuffle=False)
+    for index in range(len(dataset)):
+        _, labels = dataset[index]
+        assert dataset.target_tokens(index) == int((labels != 0).sum())
+    assert sum(dataset.target_tokens(i) for i in range(len(dataset))) == 14

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import keras_transformer as kt
-from training import benchmark
+from keras_transformer.commands import benchmark
 
 BACKEND = keras.backend.backend()
 TINY = dataclasses.replace(
@@ -547,7 +547,7 @@ def test_time_call_times_a_first_call_then_the_median_of_the_repeats(monkeypatch
 def test_decoding_benchmark_measures_and_tabulates():
     """``training.benchmark_decoding`` on a tiny setting: every search timed,
     the ratios computed from those times, one table row."""
-    from training import benchmark_decoding
+    from keras_transformer.commands import benchmark_decoding
 
     run = benchmark_decoding.measure(batch=2, source_length=4, steps=3, repeats=1)
     searches = run["searches"]

@@ -7,8 +7,8 @@ import pytest
 
 import keras_transformer as kt
 from keras_transformer import evaluation
+from keras_transformer.commands import evaluate
 from keras_transformer.data import tokenizer as tk
-from training import evaluate
 
 SENTENCES = [
     "a man is walking",
@@ -279,7 +279,7 @@ def test_model_that_is_not_a_translator(data, tmp_path, capsys):
 def test_translate_command_arguments_and_stdin(model_path, capsys):
     import io
 
-    from training import translate
+    from keras_transformer.commands import translate
 
     sentences = SENTENCES[:3]
     expected = evaluation.load_translator(model_path).translate(sentences)
@@ -297,7 +297,7 @@ def test_translate_command_arguments_and_stdin(model_path, capsys):
 @pytest.mark.slow
 @pytest.mark.once
 def test_translate_command_search_options(model_path, capsys):
-    from training import translate
+    from keras_transformer.commands import translate
 
     sentences = SENTENCES[3:5]
     translator = evaluation.load_translator(model_path)
@@ -329,7 +329,7 @@ def test_translate_command_search_options(model_path, capsys):
 
 @pytest.mark.once
 def test_translate_command_missing_model(tmp_path, capsys):
-    from training import translate
+    from keras_transformer.commands import translate
 
     with pytest.raises(SystemExit) as raised:
         translate.main(["--model", str(tmp_path / "none.keras"), "hello"])

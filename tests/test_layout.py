@@ -3,6 +3,8 @@ no layer found by its name, backend branches in one module."""
 
 import ast
 import pathlib
+import runpy
+import sys
 
 import pytest
 
@@ -22,8 +24,12 @@ def imported_modules(path):
 
 
 @pytest.mark.parametrize("path", SCRIPTS, ids=lambda p: p.name)
-def test_scripts_import_the_package_not_each_other(path):
-    assert not [m for m in imported_modules(path) if m.split(".")[0] == "training"]
+def test_scripts_are_the_package_commands(path):
+    """``training/<name>.py`` runs ``keras_transformer.commands.<name>``, the
+    code that ``pip install`` installs as ``kt-<name>``."""
+    if path.name == "__init__.py":
+        return
+    assert list(imported_modules(path)) == [f"keras_transformer.commands.{path.stem}"]
 
 
 def test_no_function_over_80_lines():
@@ -47,12 +53,35 @@ def test_no_layer_is_looked_up_by_name():
 def test_backend_imports_in_one_module():
     """TensorFlow, JAX and PyTorch are imported by backend.py, and by the two
     modules about per-backend trainer behaviour (fault safety, data
-    parallelism)."""
-    allowed = {"backend.py", "_fault_safe.py", "distribute.py"}
+    parallelism); ``kt-benchmark`` compares with native PyTorch and reads each
+    framework's device memory, ``kt-train`` checks that TensorBoard's
+    TensorFlow is there before it writes logs, and the commands start
+    TensorFlow with its C++ logs silenced (``commands/__init__.py``)."""
+    allowed = {
+        "backend.py",
+        "_fault_safe.py",
+        "distribute.py",
+        "commands/__init__.py",
+        "commands/benchmark.py",
+        "commands/train.py",
+    }
     for path in PACKAGE:
         frameworks = {m.split(".")[0] for m in imported_modules(path)} & {
             "tensorflow",
             "jax",
             "torch",
         }
-        assert not frameworks or path.name in allowed, (path, frameworks)
+        where = path.relative_to(ROOT / "keras_transformer").as_posix()
+        assert not frameworks or where in allowed, (path, frameworks)
+
+
+@pytest.mark.parametrize(
+    "path", [p for p in SCRIPTS if p.name != "__init__.py"], ids=lambda p: p.stem
+)
+def test_python_m_training_runs_the_command(path, monkeypatch, capsys):
+    name = "kt-" + path.stem.replace("_", "-")
+    monkeypatch.setattr(sys, "argv", [str(path), "--help"])
+    with pytest.raises(SystemExit) as done:
+        runpy.run_module(f"training.{path.stem}", run_name="__main__")
+    assert done.value.code == 0
+    assert capsys.readouterr().out.startswith(f"usage: {name} ")

@@ -1,6 +1,7 @@
 """training.train end to end: outputs, resume after kill -9, bad input, --out."""
 
 import gzip
+import io
 import json
 import os
 import shutil
@@ -8,15 +9,17 @@ import signal
 import subprocess
 import sys
 import time
+import zipfile
 from pathlib import Path
 
+import h5py
 import keras
 import numpy as np
 import pytest
 
 from keras_transformer import checkpoints
+from keras_transformer.commands import train
 from keras_transformer.evaluation import load_translator
-from training import train
 
 REPO = Path(__file__).resolve().parents[1]
 MULTI30K = REPO.parent / "shared" / "data" / "multi30k"
@@ -44,6 +47,24 @@ def usage_error(capsys, argv):
 
 def weights(model):
     return [keras.ops.convert_to_numpy(w) for w in model.weights]
+
+
+def stored_arrays(path):
+    """The names of the arrays in a ``.keras`` file or a checkpoint's weights."""
+    names = []
+
+    def visit(name, item):
+        if isinstance(item, h5py.Dataset):
+            names.append(name)
+
+    if str(path).endswith(".keras"):
+        with zipfile.ZipFile(path) as archive:
+            raw = io.BytesIO(archive.read("model.weights.h5"))
+    else:
+        raw = path
+    with h5py.File(raw, "r") as h5:
+        h5.visititems(visit)
+    return names
 
 
 @pytest.fixture(scope="module")
@@ -82,6 +103,15 @@ def test_numbers_run_writes_everything(finished):
 
     translator = load_translator(out / "translator.keras")
     assert type(translator).__name__ == "Translator"
+    # translator.keras: the model's weights and no optimizer state; a
+    # checkpoint keeps the optimizer's (Adam's moments), for resuming.
+    assert getattr(translator.transformer, "optimizer", None) is None
+    kept = stored_arrays(out / "translator.keras")
+    assert len(kept) == len(translator.transformer.weights)
+    assert not any("optimizer" in name for name in kept)
+    last = checkpoints.list_checkpoints(out / "checkpoints")[-1]
+    in_checkpoint = stored_arrays(os.path.join(last, checkpoints.WEIGHTS_FILE))
+    assert sum("optimizer" in name for name in in_checkpoint) > 2 * len(kept)
     assert all(isinstance(t, str) for t in translator.translate(["one", "two"]))
 
     # --average-last 2: the final model is the mean of the two checkpoints

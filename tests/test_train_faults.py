@@ -20,8 +20,8 @@ import pytest
 
 import keras_transformer as kt
 from keras_transformer import checkpoints
+from keras_transformer.commands import train
 from keras_transformer.evaluation import load_translator
-from training import train
 
 # What the script does with files and settings does not depend on the backend;
 # test_train.py trains end to end on every backend.

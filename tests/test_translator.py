@@ -364,3 +364,20 @@ def test_bad_search_arguments(trained):
         trained.translate(["one"], length_penalty=-0.5)
     with pytest.raises(ValueError, match="n must be between 1 and beam_size=2"):
         trained.n_best(["one"], n=3, beam_size=2)
+
+
+@pytest.mark.once
+def test_verbose_shows_sentences_done_on_stderr(tokenizer, capsys):
+    translator = Translator(tokenizer, tiny_model(tokenizer))
+    texts = ["one", "two", "three", "four", "five"]
+    quiet = translator.translate(texts, max_output_length=3, batch_size=2)
+    assert capsys.readouterr().err == ""
+    loud = translator.translate(texts, max_output_length=3, batch_size=2, verbose=1)
+    assert loud == quiet
+    (line,) = capsys.readouterr().err.splitlines()  # not a terminal: the end
+    assert line.startswith("5/5 sentences, ") and line.endswith(" in all")
+    translator.n_best(texts[:2], n=2, beam_size=2, max_output_length=3, verbose=1)
+    assert capsys.readouterr().err.startswith("2/2 sentences, ")
+    for bad in (2, 0.5, 1.0, "1"):
+        with pytest.raises(ValueError, match="verbose must be 0 or 1"):
+            translator.translate(texts, verbose=bad)

@@ -18,9 +18,9 @@ import pytest
 
 import keras_transformer as kt
 from keras_transformer import decoding, evaluation
+from keras_transformer.commands import attention, evaluate, translate
 from keras_transformer.data import tokenizer as tk
 from tests.test_evaluate import SENTENCES
-from training import attention, evaluate, translate
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # One decoding setting throughout: the compiled search is built once.
@@ -146,7 +146,7 @@ def test_translate_command_refuses_text_that_is_not_utf8(saved, capsys):
         assert raised.value.code == 2
         captured = capsys.readouterr()
         assert captured.out == ""
-        assert captured.err.startswith("python -m training.translate: error: ")
+        assert captured.err.startswith("kt-translate: error: ")
         assert message in captured.err and captured.err.count("\n") == 1
 
 
@@ -330,7 +330,7 @@ def test_a_damaged_file_is_named_with_its_fault(
     for script in (evaluate, translate, attention):
         run_script(script, path, tmp_path)
         captured = capsys.readouterr()
-        prog = f"python -m training.{script.__name__.rsplit('.', 1)[-1]}"
+        prog = "kt-" + script.__name__.rsplit(".", 1)[-1]
         assert captured.out == ""
         assert captured.err == f"{prog}: error: {message}\n"
     original, data = saved
@@ -369,5 +369,5 @@ def test_python_m_translate_prints_no_traceback(saved, tmp_path):
     assert "Traceback" not in done.stderr
     # The last line (TensorFlow may log before it) is the error.
     last = done.stderr.rstrip("\n").split("\n")[-1]
-    assert last.startswith(f"python -m training.translate: error: {model}: ")
+    assert last.startswith(f"kt-translate: error: {model}: ")
     assert "truncated or damaged zip archive" in last

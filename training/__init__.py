@@ -1,1 +1,2 @@
-"""Training and evaluation scripts (run as ``python -m training.<name>``)."""
+"""``python -m training.<name>`` from a clone: the package's commands
+(``keras_transformer/commands/``, installed as ``kt-<name>``)."""

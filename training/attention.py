@@ -1,79 +1,9 @@
-"""Plot a saved translator's attention weights for one sentence as a PNG.
-
-    python -m training.attention --model runs/numbers/translator.keras \\
-        [--target "zweiundvierzig"] [--kind cross] [--layer -1] [--head N] \\
-        --out figure.png "forty-two"
-
-Without ``--target`` the decoder is fed the model's own greedy translation.
-``--kind`` is ``cross`` (target tokens by source tokens, the default),
-``encoder_self`` or ``decoder_self``; ``--layer`` and ``--head`` are Python
-indices (``--layer -1``: the last layer); without ``--head`` the heads are
-averaged. The PNG is written atomically and its path printed. A missing or
-damaged model, or a target too long for the model, stops the run with exit
-status 2 and a one-line message.
+"""From a clone, ``python -m training.attention`` runs the
+``kt-attention`` command: ``keras_transformer/commands/attention.py``,
+which ``pip install`` installs as ``kt-attention``.
 """
 
-import argparse
-import io
-import os
-
-from keras_transformer.attention_maps import attention_maps
-from keras_transformer.checkpoints import write_atomic
-from keras_transformer.evaluation import ModelFileError, load_translator
-from keras_transformer.plotting import KINDS, plot_attention_maps
-
-
-def main(argv=None):
-    """Run the command; ``argv`` as for ``argparse`` (None: ``sys.argv``).
-
-    Returns:
-        str: the path of the PNG written.
-
-    Raises:
-        SystemExit: status 2 for bad arguments, a missing or damaged model
-            or a target the model cannot take.
-    """
-    parser = argparse.ArgumentParser(
-        prog="python -m training.attention", description=__doc__.splitlines()[0]
-    )
-    parser.add_argument("--model", required=True, help="a saved translator.keras")
-    parser.add_argument(
-        "--target", help="target sentence (default: the greedy translation)"
-    )
-    parser.add_argument("--kind", choices=KINDS, default="cross")
-    parser.add_argument(
-        "--layer", type=int, default=-1, help="Python index (default -1: the last)"
-    )
-    parser.add_argument(
-        "--head", type=int, help="Python index (default: the mean of all heads)"
-    )
-    parser.add_argument("--dpi", type=int, default=100, help="PNG resolution")
-    parser.add_argument("--out", required=True, help="the PNG file to write")
-    parser.add_argument("source", help="one source sentence")
-    args = parser.parse_args(argv)
-
-    def fail(message):
-        parser.exit(2, f"{parser.prog}: error: {message}\n")
-
-    if args.dpi < 1:
-        fail("--dpi must be >= 1")
-    if os.path.isdir(args.out):
-        fail(f"{args.out}: is a directory, not an output file")
-    try:
-        translator = load_translator(args.model)
-    except (OSError, TypeError, ModelFileError) as error:
-        fail(str(error))
-    try:
-        maps = attention_maps(translator, args.source, args.target)
-        ax = plot_attention_maps(maps, args.kind, layer=args.layer, head=args.head)
-    except (ValueError, IndexError) as error:
-        fail(str(error))
-    buffer = io.BytesIO()
-    ax.figure.savefig(buffer, format="png", dpi=args.dpi)
-    write_atomic(args.out, buffer.getvalue())
-    print(args.out)
-    return args.out
-
+from keras_transformer.commands.attention import command
 
 if __name__ == "__main__":
-    main()
+    command()

@@ -152,6 +152,11 @@ class _FixedOrder(keras.utils.PyDataset):
             raise IndexError(f"Batch index {index} out of range [0, {len(self)}).")
         return self._plan.batch(self._order[index])
 
+    def target_tokens(self, index):
+        """Target tokens (END included, padding not) of batch ``index``."""
+        _, members = self._order[index]
+        return sum(len(self._plan.tgt[example]) + 1 for example in members)
+
 
 class BucketedDataset(_FixedOrder):
     """``make_batches`` as a ``keras.utils.PyDataset`` for ``model.fit``.

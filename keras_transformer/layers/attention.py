@@ -18,8 +18,14 @@ _FLOAT32_MASK_FILL = -0.7 * 3.4028235e38
 
 def _fresh_initializer(initializer):
     """A new initializer with the same config, so each sub-layer draws its own
-    values (one initializer object shared by layers would repeat them)."""
-    return keras.initializers.get(keras.initializers.serialize(initializer))
+    values (one initializer object shared by layers would repeat them).
+
+    Through its class and config rather than ``keras.initializers.serialize``:
+    Keras' serializer asks whether TensorFlow is installed, which imports it,
+    and building a model on JAX or PyTorch should not load TensorFlow.
+    """
+    initializer = keras.initializers.get(initializer)
+    return type(initializer).from_config(initializer.get_config())
 
 
 def call_sublayer(layer, *args, **kwargs):

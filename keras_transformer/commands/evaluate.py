@@ -1,0 +1,164 @@
+"""Translate a test set with a saved Translator and score it (BLEU, chrF).
+
+    kt-evaluate --model runs/x/translator.keras \\
+        --source data/val.de.gz --reference data/val.en.gz \\
+        [--out runs/x/eval-val.json] [--hypotheses runs/x/val.hyp] [--batch-size 64] \\
+        [--beam-size 4] [--length-penalty 0.6] [--checkpoint runs/x/checkpoints/step-…]
+
+The source and reference files are checked (same number of lines, no empty
+line, valid UTF-8) before the model is loaded, and a bad file, like a missing
+or damaged model, stops the run with exit status 2 and a one-line message
+naming the file. Scores come from sacrebleu with its default settings
+(detokenized text, 13a tokenization for BLEU). Decoding is beam search with
+4 beams and length penalty 0.6 by default, as in the paper (§6.1);
+``--beam-size 1`` is greedy.
+``--checkpoint`` evaluates the weights of one of ``kt-train``'s
+checkpoint folders instead of the saved model's (e.g. the last checkpoint
+rather than the average of the last few). The JSON written holds the scores,
+their sacrebleu signatures and the run's model, checkpoint, data, search
+settings, backend and translation time; by
+default it goes next to the model as ``eval-<source name>.json``. Output files
+are replaced atomically: a failed run leaves earlier results as they were.
+"""
+
+import argparse
+import json
+import os
+import time
+
+import keras
+
+from keras_transformer import checkpoints
+from keras_transformer.checkpoints import write_atomic
+from keras_transformer.cli import (
+    add_search_arguments,
+    add_verbose_argument,
+    positive_int,
+)
+from keras_transformer.commands import start_tensorflow
+from keras_transformer.data.corpus import CorpusError, read_parallel
+from keras_transformer.evaluation import ModelFileError, load_translator, score
+
+
+def default_out(model_path, source_path):
+    """The default JSON path: ``<model dir>/eval-<source stem>.json``.
+
+    The stem is the file name without ``.gz`` and its last suffix, so
+    ``val.de`` and ``val.de.gz`` both give ``eval-val.json``.
+    """
+    name = os.path.basename(source_path)
+    if name.endswith(".gz"):
+        name = name[: -len(".gz")]
+    stem = os.path.splitext(name)[0]
+    return os.path.join(os.path.dirname(model_path), f"eval-{stem}.json")
+
+
+def _parser():
+    parser = argparse.ArgumentParser(
+        prog="kt-evaluate", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument("--model", required=True, help="a saved translator.keras")
+    add_verbose_argument(parser)
+    parser.add_argument("--source", required=True, help="source sentences")
+    parser.add_argument("--reference", required=True, help="reference translations")
+    parser.add_argument(
+        "--out", help="JSON results (default: <model dir>/eval-<source>.json)"
+    )
+    parser.add_argument("--hypotheses", help="also write the translations here")
+    parser.add_argument("--batch-size", type=positive_int, default=64)
+    add_search_arguments(parser)
+    parser.add_argument(
+        "--checkpoint", help="a training checkpoint folder whose weights to use"
+    )
+    return parser
+
+
+def _load_checkpoint(translator, args, fail):
+    """The weights of ``--checkpoint`` into the translator's model."""
+    weights = os.path.join(args.checkpoint, checkpoints.WEIGHTS_FILE)
+    if not os.path.isfile(weights):
+        fail(f"{args.checkpoint}: not a checkpoint folder (no {weights})")
+    try:
+        checkpoints.load_checkpoint(translator.transformer, args.checkpoint)
+    except checkpoints.CheckpointError as error:
+        fail(str(error))  # damaged: names the folder and what is wrong
+    except ValueError as error:
+        fail(f"{args.checkpoint}: does not fit {args.model}: {error}")
+
+
+def main(argv=None):
+    """Run the evaluation; ``argv`` as for ``argparse`` (None: ``sys.argv``).
+
+    Returns:
+        dict: what the JSON file holds (see the module docstring).
+
+    Raises:
+        SystemExit: status 2 for bad arguments, bad data or a missing or
+            damaged model.
+    """
+    parser = _parser()
+    args = parser.parse_args(argv)
+    start_tensorflow()  # quietly, before the tokenizer needs it
+    out = args.out or default_out(args.model, args.source)
+
+    def fail(message):
+        parser.exit(2, f"{parser.prog}: error: {message}\n")
+
+    # Everything that can be checked cheaply is, before the slow part.
+    for path in (out, args.hypotheses):
+        if path is not None and os.path.isdir(path):
+            fail(f"{path}: is a directory, not an output file")
+    try:
+        sources, references = read_parallel(args.source, args.reference)
+    except CorpusError as error:
+        fail(str(error))
+    try:
+        translator = load_translator(args.model)
+    except (OSError, TypeError, ModelFileError) as error:
+        fail(str(error))
+    if args.checkpoint is not None:
+        _load_checkpoint(translator, args, fail)
+
+    start = time.perf_counter()
+    hypotheses = translator.translate(
+        sources,
+        beam_size=args.beam_size,
+        length_penalty=args.length_penalty,
+        batch_size=args.batch_size,
+        verbose=1,
+    )
+    seconds = time.perf_counter() - start
+
+    result = score(hypotheses, references)
+    result.update(
+        model=args.model,
+        checkpoint=args.checkpoint,
+        source=args.source,
+        reference=args.reference,
+        beam_size=args.beam_size,
+        length_penalty=args.length_penalty,
+        backend=keras.backend.backend(),
+        seconds=round(seconds, 3),
+    )
+    # Hypotheses first: the JSON, written last, marks a finished run.
+    if args.hypotheses:
+        write_atomic(args.hypotheses, "".join(f"{h}\n" for h in hypotheses))
+    write_atomic(out, json.dumps(result, indent=2, ensure_ascii=False) + "\n")
+
+    print(
+        f"BLEU {result['bleu']:.2f}  chrF {result['chrf']:.2f}  "
+        f"({result['sentences']} sentences, {seconds:.1f} s)"
+    )
+    print(f"  {result['bleu_details']}")
+    print(f"  wrote {out}")
+    return result
+
+
+def command():
+    """The installed ``kt-evaluate`` command (``[project.scripts]``); ``main``
+    returns what it did, for callers in Python."""
+    main()
+
+
+if __name__ == "__main__":
+    command()

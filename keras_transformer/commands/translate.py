@@ -1,0 +1,119 @@
+"""Translate sentences with a saved translator.
+
+    kt-translate --model runs/numbers/translator.keras \\
+        "three hundred forty-two" "twenty-one thousand five"
+    cat sentences.txt | kt-translate --model runs/x/translator.keras
+
+Sentences come from the command line, or one per line from standard input
+when none are given; translations go to standard output, one per line, in
+the same order. Decoding is beam search with 4 beams and length penalty 0.6
+by default, as in the paper (§6.1); ``--beam-size 1`` is greedy. With
+``--n-best N`` each sentence gives its N best translations, one per line as
+``score<TAB>translation``, then an empty line. A missing or damaged model
+stops the run with exit status 2 and a one-line message naming the file.
+"""
+
+import argparse
+import sys
+
+from keras_transformer.cli import (
+    add_search_arguments,
+    add_verbose_argument,
+    positive_int,
+)
+from keras_transformer.commands import start_tensorflow
+from keras_transformer.evaluation import ModelFileError, load_translator
+
+
+def read_sentences(arguments, stdin):
+    """The sentences to translate: ``arguments``, or else the lines of stdin.
+
+    Raises:
+        ValueError: text that is not valid UTF-8, named by where it came from.
+    """
+    if arguments:
+        sentences, source = list(arguments), "argument"
+    else:
+        source = "standard input, line"
+        try:
+            sentences = [line.rstrip("\r\n") for line in stdin]
+        except UnicodeDecodeError as error:
+            # Decoding runs by chunks, so the line is not known.
+            raise ValueError(
+                f"standard input is not valid UTF-8 text ({error.reason})"
+            ) from None
+    for number, sentence in enumerate(sentences, 1):
+        try:
+            sentence.encode("utf-8")
+        except UnicodeEncodeError:
+            # Arguments (and stdin in the C locale) that are not UTF-8 arrive
+            # as lone surrogates, which the tokenizer cannot take.
+            raise ValueError(
+                f"{source} {number} is not valid UTF-8 text: {sentence[:60]!r}"
+            ) from None
+    return sentences
+
+
+def main(argv=None, stdin=None, stdout=None):
+    """Run the command; returns the translations (list of str)."""
+    stdin = sys.stdin if stdin is None else stdin
+    stdout = sys.stdout if stdout is None else stdout
+    parser = argparse.ArgumentParser(
+        prog="kt-translate", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument("--model", required=True, help="a saved translator.keras")
+    add_verbose_argument(parser)
+    parser.add_argument("--batch-size", type=positive_int, default=64)
+    add_search_arguments(parser)
+    parser.add_argument(
+        "--n-best", type=positive_int, help="print the N best (N <= --beam-size)"
+    )
+    parser.add_argument("sentences", nargs="*", help="default: lines of stdin")
+    args = parser.parse_args(argv)
+    start_tensorflow()  # quietly, before the tokenizer needs it
+    if args.n_best is not None and args.n_best > args.beam_size:
+        parser.error(
+            f"--n-best {args.n_best} is more than --beam-size {args.beam_size}"
+        )
+    try:
+        translator = load_translator(args.model)
+    except (OSError, TypeError, ModelFileError) as error:
+        parser.exit(2, f"{parser.prog}: error: {error}\n")
+    try:
+        sentences = read_sentences(args.sentences, stdin)
+    except ValueError as error:
+        parser.exit(2, f"{parser.prog}: error: {error}\n")
+    if args.n_best is not None:
+        n_best = translator.n_best(
+            sentences,
+            n=args.n_best,
+            beam_size=args.beam_size,
+            length_penalty=args.length_penalty,
+            batch_size=args.batch_size,
+            verbose=1,
+        )
+        for hypotheses in n_best:
+            for text, score in hypotheses:
+                print(f"{score:.4f}\t{text}", file=stdout)
+            print(file=stdout)
+        return n_best
+    translations = translator.translate(
+        sentences,
+        beam_size=args.beam_size,
+        length_penalty=args.length_penalty,
+        batch_size=args.batch_size,
+        verbose=1,
+    )
+    for translation in translations:
+        print(translation, file=stdout)
+    return translations
+
+
+def command():
+    """The installed ``kt-translate`` command (``[project.scripts]``); ``main``
+    returns what it did, for callers in Python."""
+    main()
+
+
+if __name__ == "__main__":
+    command()

@@ -1,0 +1,150 @@
+"""The package as a user gets it: a wheel built from this tree, installed into
+a new virtual environment outside the repository, and its commands run from
+another folder (no clone on the path).
+
+The new environment borrows the test environment's dependencies (a ``.pth``
+line naming its site-packages, which adds the folder without running the
+editable install's hook), so that the test installs one wheel instead of
+gigabytes; ``keras_transformer`` itself comes from the wheel, which the test
+checks.
+"""
+
+import importlib.metadata
+import os
+import re
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+import keras_transformer
+
+REPO = Path(__file__).resolve().parents[1]
+COMMANDS = (
+    "kt-train",
+    "kt-evaluate",
+    "kt-translate",
+    "kt-attention",
+    "kt-benchmark",
+    "kt-benchmark-decoding",
+)
+SMALL_RUN = [
+    "--task", "numbers", "--train-size", "200", "--val-size", "8",
+    "--test-size", "8", "--num-layers", "1", "--d-model", "32",
+    "--num-heads", "2", "--d-ff", "64", "--max-length", "64",
+    "--vocab-size", "60", "--batch-tokens", "256", "--bucket-lengths", "16,64",
+    "--beam-size", "1", "--max-minutes", "0.17",
+]  # fmt: skip
+
+pytestmark = [pytest.mark.once, pytest.mark.slow]
+
+
+def clean_env(**extra):
+    """This environment without PYTHONPATH and the suite's TensorFlow log
+    level (the commands set their own), plus ``extra``."""
+    drop = ("PYTHONPATH", "TF_CPP_MIN_LOG_LEVEL")
+    return {k: v for k, v in os.environ.items() if k not in drop} | extra
+
+
+def run(command, cwd, timeout=300, env=None):
+    env = clean_env() if env is None else env
+    done = subprocess.run(
+        command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )
+    assert done.returncode == 0, (command, done.stdout[-2000:], done.stderr[-3000:])
+    return done
+
+
+@pytest.fixture(scope="module")
+def venv(tmp_path_factory):
+    """The ``bin`` folder of a new environment holding the built wheel."""
+    root = tmp_path_factory.mktemp("install")
+    # The wheel is built from a copy: building in the tree would write build/
+    # and *.egg-info into it while the other backends' runs read it.
+    src = root / "src"
+    src.mkdir()
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy(REPO / name, src / name)
+    shutil.copytree(
+        REPO / "keras_transformer",
+        src / "keras_transformer",
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check"]
+    # "./src", a folder: pip would read a bare "src" as a project's name.
+    build = ["wheel", "--no-deps", "--no-build-isolation", "--no-index", "-w", "dist"]
+    run([*pip, *build, "./src"], root)
+    (wheel,) = (root / "dist").glob("*.whl")
+    assert (
+        wheel.name
+        == f"keras_transformer_aiayn-{keras_transformer.__version__}-py3-none-any.whl"
+    )
+
+    run([sys.executable, "-m", "venv", "venv"], root)
+    python = root / "venv" / "bin" / "python"
+    run([python, "-m", "pip", "install", "-q", "--no-deps", "--no-index", wheel], root)
+    purelib = run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        root,
+    ).stdout.strip()
+    deps = sysconfig.get_paths()["purelib"]
+    Path(purelib, "zz_test_dependencies.pth").write_text(deps + "\n")
+    (root / "elsewhere").mkdir()
+    return root / "venv" / "bin", root / "elsewhere"
+
+
+def test_the_wheel_holds_the_package_its_license_and_commands(venv):
+    bin_dir, elsewhere = venv
+    probe = (
+        "import importlib.metadata as md, importlib.util, keras_transformer\n"
+        "dist = md.distribution('keras-transformer-aiayn')\n"
+        "print(keras_transformer.__file__)\n"
+        "print(importlib.util.find_spec('training'))\n"
+        "print(dist.version, dist.metadata['License-Expression'])\n"
+        "print(sorted(p.name for p in dist.files if 'LICENSE' in p.name))\n"
+        "print(sorted(e.name for e in dist.entry_points))\n"
+    )
+    lines = run([bin_dir / "python", "-c", probe], elsewhere).stdout.splitlines()
+    assert lines[0].startswith(str(bin_dir.parent))  # the wheel's copy
+    assert lines[1] == "None"  # no top-level `training` package installed
+    assert lines[2] == f"{keras_transformer.__version__} Apache-2.0"
+    assert lines[3] == "['LICENSE']"
+    assert lines[4] == str(sorted(COMMANDS))
+    # One version, read from the package by the build.
+    assert importlib.metadata.version("keras-transformer-aiayn") == (
+        keras_transformer.__version__
+    )
+
+
+def test_every_command_answers_help(venv):
+    bin_dir, elsewhere = venv
+    for name in COMMANDS:
+        out = run([bin_dir / name, "--help"], elsewhere).stdout
+        assert out.startswith(f"usage: {name} "), (name, out[:200])
+
+
+def own_line(line):
+    """A line the commands write to stderr: progress, or a usage error."""
+    return re.fullmatch(r"\d+/\d+ sentences, .*", line) is not None
+
+
+def test_train_then_translate_with_the_installed_commands(venv):
+    """As the README's main command: JAX, from another folder, and no
+    TensorFlow, CUDA or absl lines on stderr (TensorFlow comes with the
+    tokenizer; the machine has no GPU)."""
+    bin_dir, elsewhere = venv
+    env = clean_env(KERAS_BACKEND="jax")
+    train = [bin_dir / "kt-train", *SMALL_RUN, "--out", "run"]
+    trained = run(train, elsewhere, env=env)
+    assert "saved " in trained.stdout
+    foreign = [line for line in trained.stderr.splitlines() if not own_line(line)]
+    assert not foreign, foreign
+    model = elsewhere / "run" / "translator.keras"
+    out = run(
+        [bin_dir / "kt-translate", "--model", model, "seven", "one"], elsewhere, env=env
+    )
+    assert len(out.stdout.splitlines()) == 2
+    assert [own_line(line) for line in out.stderr.splitlines()] == [True]
