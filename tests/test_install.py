@@ -119,11 +119,28 @@ def test_the_wheel_holds_the_package_its_license_and_commands(venv):
     )
 
 
+HELP_ALL = """
+import contextlib, importlib.metadata as md, io, sys
+for entry in md.distribution("keras-transformer-aiayn").entry_points:
+    sys.argv, out = [entry.name, "--help"], io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.suppress(SystemExit):
+        entry.load()()
+    print(entry.name, repr(out.getvalue()[:200]))
+"""
+
+
 def test_every_command_answers_help(venv):
+    """Each command's script is installed; each answers ``--help`` (in one
+    process, through the entry points: the scripts themselves run in the
+    training test below)."""
     bin_dir, elsewhere = venv
     for name in COMMANDS:
-        out = run([bin_dir / name, "--help"], elsewhere).stdout
-        assert out.startswith(f"usage: {name} "), (name, out[:200])
+        assert (bin_dir / name).is_file(), name
+    lines = run([bin_dir / "python", "-c", HELP_ALL], elsewhere).stdout.splitlines()
+    helps = dict(line.split(" ", 1) for line in lines)
+    assert sorted(helps) == sorted(COMMANDS)
+    for name, text in helps.items():
+        assert text.startswith(f"'usage: {name} "), (name, text)
 
 
 def own_line(line):
@@ -131,10 +148,10 @@ def own_line(line):
     return re.fullmatch(r"\d+/\d+ sentences, .*", line) is not None
 
 
-def test_train_then_translate_with_the_installed_commands(venv):
-    """As the README's main command: JAX, from another folder, and no
-    TensorFlow, CUDA or absl lines on stderr (TensorFlow comes with the
-    tokenizer; the machine has no GPU)."""
+def test_train_evaluate_translate_with_the_installed_commands(venv):
+    """As the README's main command: JAX, from another folder; progress, and
+    no TensorFlow, CUDA or absl lines on stderr (TensorFlow comes with the
+    tokenizer; the machine has no GPU) unless --verbose."""
     bin_dir, elsewhere = venv
     env = clean_env(KERAS_BACKEND="jax")
     train = [bin_dir / "kt-train", *SMALL_RUN, "--out", "run"]
@@ -143,8 +160,21 @@ def test_train_then_translate_with_the_installed_commands(venv):
     foreign = [line for line in trained.stderr.splitlines() if not own_line(line)]
     assert not foreign, foreign
     model = elsewhere / "run" / "translator.keras"
-    out = run(
-        [bin_dir / "kt-translate", "--model", model, "seven", "one"], elsewhere, env=env
-    )
+
+    (elsewhere / "test.en").write_text("seven\none\ntwenty\n")
+    (elsewhere / "test.de").write_text("sieben\neins\nzwanzig\n")
+    evaluate = [bin_dir / "kt-evaluate", "--model", model, "--beam-size", "1"]
+    evaluate += ["--source", "test.en", "--reference", "test.de"]
+    evaluated = run(evaluate, elsewhere, env=env)
+    assert (elsewhere / "run" / "eval-test.json").is_file()
+    assert [own_line(line) for line in evaluated.stderr.splitlines()] == [True]
+    assert evaluated.stderr.startswith("3/3 sentences, ")
+
+    translate = [bin_dir / "kt-translate", "--model", model, "seven", "one"]
+    out = run(translate, elsewhere, env=env)
     assert len(out.stdout.splitlines()) == 2
     assert [own_line(line) for line in out.stderr.splitlines()] == [True]
+    # --verbose: TensorFlow's start-up lines come back.
+    loud = run([*translate, "--verbose"], elsewhere, env=env)
+    assert loud.stdout == out.stdout
+    assert any(not own_line(line) for line in loud.stderr.splitlines())

@@ -4,6 +4,7 @@ import gzip
 import io
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -375,3 +376,20 @@ def test_data_parallel(tmp_path, capsys):
     finally:
         keras.distribution.set_distribution(None)
     assert "data parallel:" in capsys.readouterr().out
+
+
+@pytest.mark.once
+@pytest.mark.slow
+def test_progress_lines_within_an_epoch_when_not_on_a_terminal(tmp_path, capsys):
+    run(
+        tmp_path / "run", "--epochs", "1", "--train-size", "60", "--verbose", "2",
+        "--progress-seconds", "0", "--max-minutes", "5",
+    )  # fmt: skip
+    lines = [x for x in capsys.readouterr().out.splitlines() if x.startswith("step ")]
+    assert lines
+    pattern = (
+        r"step \d+/\d+, loss \d+\.\d{4}, [\d,]+ target tokens/s, "
+        r"learning rate \S+, \d+:\d\d of the time budget left"
+    )
+    assert all(re.fullmatch(pattern, line) for line in lines), lines[:3]
+    assert lines[0].startswith("step 1/")

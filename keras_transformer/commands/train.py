@@ -42,7 +42,7 @@ import keras_transformer as kt
 from keras_transformer import checkpoints
 from keras_transformer import data as ktd
 from keras_transformer.callbacks import Checkpointer, ProgressLog, TimeBudget
-from keras_transformer.cli import add_search_arguments
+from keras_transformer.cli import add_search_arguments, non_negative_float
 from keras_transformer.commands import start_tensorflow
 from keras_transformer.evaluation import load_translator, score
 from keras_transformer.translator import inference_copy
@@ -77,6 +77,7 @@ RESUMABLE_CHANGES = {
     "epochs",
     "max_minutes",
     "verbose",
+    "progress_seconds",
     "beam_size",
     "length_penalty",
 }
@@ -90,8 +91,6 @@ LOGS_DIR = "logs"
 # run.json's status: "running" until translator.keras is saved, "trained"
 # until results.json is written, then "finished".
 STATUSES = ("running", "trained", "finished")
-# Seconds between progress lines within an epoch when not on a terminal.
-PROGRESS_SECONDS = 30.0
 
 
 class UsageError(Exception):
@@ -164,6 +163,12 @@ def parse_args(argv=None):
         help="Keras' progress: 1 a bar, 2 a line per epoch (and kt-train's lines "
         "within it); auto: 1 on a terminal, else 2. Given at all, it also shows "
         "TensorFlow's, CUDA's and absl's start-up logs",
+    )
+    parser.add_argument(
+        "--progress-seconds",
+        type=non_negative_float,
+        default=30.0,
+        help="with --verbose 2: a progress line within an epoch every N seconds",
     )
     add_search_arguments(parser)  # for the final report
     args = parser.parse_args(argv)
@@ -670,10 +675,9 @@ def _fit(args, run, model, dataset, val_dataset, ckpt_dir, state):
     )
     callbacks = [budget, checkpointer, _Progress(args.epochs)]
     verbose = args.verbose
-    if verbose == "auto":
-        verbose = 1 if sys.stdout.isatty() else 2
+    verbose = (1 if sys.stdout.isatty() else 2) if verbose == "auto" else int(verbose)
     # Not on a terminal Keras prints one line per epoch: lines in between.
-    lines = ProgressLog(every=PROGRESS_SECONDS, budget=budget)
+    lines = ProgressLog(every=args.progress_seconds, budget=budget)
     if verbose == 2:
         callbacks.append(lines)
     tensorboard = _tensorboard(os.path.join(args.out, LOGS_DIR))
@@ -693,7 +697,7 @@ def _fit(args, run, model, dataset, val_dataset, ckpt_dir, state):
             initial_epoch=epoch,
             epochs=epoch + 1,
             callbacks=callbacks,
-            verbose=int(verbose),
+            verbose=verbose,
             shuffle=False,
         )
         epoch, skip = _position(checkpointer.last_path)
