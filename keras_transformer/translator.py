@@ -301,6 +301,7 @@ class Translator(keras.Model):
         search = _check_search(
             beam_size, length_penalty, max_output_length, batch_size, use_cache
         )
+        _check_verbose(verbose)
         hypotheses = self.decode_ids(
             self.encode_sources(texts), *search, verbose=verbose
         )
@@ -341,6 +342,7 @@ class Translator(keras.Model):
             raise ValueError(
                 f"n must be between 1 and beam_size={beam_size}. Received: n={n}"
             )
+        _check_verbose(verbose)
         hypotheses = self.decode_ids(
             self.encode_sources(texts), *search, verbose=verbose
         )

@@ -381,3 +381,6 @@ def test_verbose_shows_sentences_done_on_stderr(tokenizer, capsys):
     for bad in (2, 0.5, 1.0, "1"):
         with pytest.raises(ValueError, match="verbose must be 0 or 1"):
             translator.translate(texts, verbose=bad)
+    # Refused before any sentence is read (the texts are not even text).
+    with pytest.raises(ValueError, match="verbose must be 0 or 1"):
+        translator.n_best([None], verbose=2)

@@ -83,7 +83,3 @@ def command():
     """The installed ``kt-attention`` command (``[project.scripts]``); ``main``
     returns what it did, for callers in Python."""
     main()
-
-
-if __name__ == "__main__":
-    command()

@@ -158,7 +158,3 @@ def command():
     """The installed ``kt-evaluate`` command (``[project.scripts]``); ``main``
     returns what it did, for callers in Python."""
     main()
-
-
-if __name__ == "__main__":
-    command()

@@ -891,7 +891,3 @@ def command():
     """The installed ``kt-train`` command (``[project.scripts]``); ``main``
     returns what it did, for callers in Python."""
     main()
-
-
-if __name__ == "__main__":
-    command()

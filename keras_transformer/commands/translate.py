@@ -113,7 +113,3 @@ def command():
     """The installed ``kt-translate`` command (``[project.scripts]``); ``main``
     returns what it did, for callers in Python."""
     main()
-
-
-if __name__ == "__main__":
-    command()
