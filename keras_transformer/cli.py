@@ -41,6 +41,17 @@ def add_search_arguments(parser):
     )
 
 
+def search_options(args):
+    """The ``Translator`` search arguments of a command with
+    ``add_search_arguments`` and ``--batch-size``, with progress on."""
+    return {
+        "beam_size": args.beam_size,
+        "length_penalty": args.length_penalty,
+        "batch_size": args.batch_size,
+        "verbose": 1,
+    }
+
+
 VERBOSE_HELP = (
     "show TensorFlow's, CUDA's and absl's start-up logs (hidden by default; "
     "see keras_transformer/commands/__init__.py)"

@@ -34,6 +34,7 @@ from keras_transformer.cli import (
     add_search_arguments,
     add_verbose_argument,
     positive_int,
+    search_options,
 )
 from keras_transformer.commands import start_tensorflow
 from keras_transformer.data.corpus import CorpusError, read_parallel
@@ -120,13 +121,7 @@ def main(argv=None):
         _load_checkpoint(translator, args, fail)
 
     start = time.perf_counter()
-    hypotheses = translator.translate(
-        sources,
-        beam_size=args.beam_size,
-        length_penalty=args.length_penalty,
-        batch_size=args.batch_size,
-        verbose=1,
-    )
+    hypotheses = translator.translate(sources, **search_options(args))
     seconds = time.perf_counter() - start
 
     result = score(hypotheses, references)

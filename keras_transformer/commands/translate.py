@@ -20,6 +20,7 @@ from keras_transformer.cli import (
     add_search_arguments,
     add_verbose_argument,
     positive_int,
+    search_options,
 )
 from keras_transformer.commands import start_tensorflow
 from keras_transformer.evaluation import ModelFileError, load_translator
@@ -87,23 +88,14 @@ def main(argv=None, stdin=None, stdout=None):
         n_best = translator.n_best(
             sentences,
             n=args.n_best,
-            beam_size=args.beam_size,
-            length_penalty=args.length_penalty,
-            batch_size=args.batch_size,
-            verbose=1,
+            **search_options(args),
         )
         for hypotheses in n_best:
             for text, score in hypotheses:
                 print(f"{score:.4f}\t{text}", file=stdout)
             print(file=stdout)
         return n_best
-    translations = translator.translate(
-        sentences,
-        beam_size=args.beam_size,
-        length_penalty=args.length_penalty,
-        batch_size=args.batch_size,
-        verbose=1,
-    )
+    translations = translator.translate(sentences, **search_options(args))
     for translation in translations:
         print(translation, file=stdout)
     return translations
