@@ -13,6 +13,13 @@ The suite runs once per backend (KERAS_BACKEND). Two markers shape a run:
   ``KT_SUITE_BACKENDS``, runs every test.
 * ``slow``: left out of the quick loop (``tests/run_all.sh --quick``, which is
   ``-m "not slow"``).
+
+Coverage (``tests/run_all.sh`` without ``--quick``): the run that collects the
+``once`` tests records coverage for every test; the other backends' runs
+record it only for the test files in ``PER_BACKEND_COVERAGE``, whose tests
+reach lines that only some backends run (``tests/backend_coverage.py`` finds
+them). Tracing costs those runs about a fifth of their time; every test still
+runs on every backend, only what coverage records differs.
 """
 
 import gc
@@ -61,6 +68,64 @@ def pytest_collection_modifyitems(config, items):
     if elsewhere:
         config.hook.pytest_deselected(items=elsewhere)
         items[:] = keep
+
+
+# Where the TensorFlow and JAX runs record coverage: the test files (or
+# `file::test`) whose tests reach lines and branches that the PyTorch run does
+# not (backend.py's, distribute.py's and _fault_safe.py's branches for those
+# backends, the TensorFlow graph checks in model.py). Found with
+# tests/backend_coverage.py from a run with test contexts (2026-12-02): these
+# reach all 331 such arcs.
+PER_BACKEND_COVERAGE = {
+    "tensorflow": (
+        "test_batching.py",
+        "test_benchmark.py",
+        "test_embedding.py",
+        "test_train.py",
+        "test_translator_faults.py",
+        "test_faults_model.py::test_bad_streamed_targets_never_give_a_loss",
+        "test_faults_model.py::test_loss_that_fails_while_tracing_keeps_weights",
+        "test_model.py::test_compiled_training_under_mixed_bfloat16",
+    ),
+    "jax": (
+        "test_benchmark.py",
+        "test_compat.py",
+        "test_distribute.py",
+        "test_embedding.py",
+        "test_faults_model.py",
+        "test_losses.py",
+        "test_seeds.py",
+        "test_train.py",
+    ),
+}
+
+
+def _records_coverage(item, suite):
+    """Whether this backend's run records coverage while ``item`` runs."""
+    if not suite or BACKEND == once_home(pytest.mark.once.mark, suite):
+        return True
+    chosen = PER_BACKEND_COVERAGE.get(BACKEND, ())
+    name = item.path.name
+    return name in chosen or f"{name}::{item.originalname}" in chosen
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    plugin = item.config.pluginmanager.getplugin("_cov")
+    controller = getattr(plugin, "cov_controller", None)
+    pause = (
+        getattr(controller, "started", False)
+        # pytest-cov pauses tests marked no_cover itself (their call phase).
+        and item.get_closest_marker("no_cover") is None
+        and not _records_coverage(item, _suite_backends())
+    )
+    if pause:
+        controller.pause()
+    try:
+        yield
+    finally:
+        if pause:
+            controller.resume()
 
 
 def pytest_report_header(config):

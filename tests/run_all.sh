@@ -13,7 +13,8 @@
 #    training/ over all backends together.
 #
 # Tests marked `once` (backend-free code, whole-program tests) run in one
-# backend's run only: see tests/conftest.py. `--quick` is the development
+# backend's run only, and the TensorFlow and JAX runs record coverage only for
+# the tests that reach their own branches: see tests/conftest.py. `--quick` is the development
 # loop: `-m "not slow"`, no coverage.
 #
 # Every backend is run even if one fails; the script exits non-zero if any
