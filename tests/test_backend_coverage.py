@@ -1,0 +1,75 @@
+"""Coverage per backend: the tool that finds where TensorFlow and JAX must
+record it, and the rule in conftest that applies the result."""
+
+import pathlib
+import types
+
+import pytest
+from coverage import CoverageData
+
+from tests import backend_coverage, conftest
+
+pytestmark = pytest.mark.once
+
+
+def write(folder, backend, arcs_by_context):
+    data = CoverageData(basename=str(folder / f".coverage.{backend}"))
+    for context, arcs in arcs_by_context.items():
+        data.set_context(context)
+        data.add_arcs({"/src/pkg/backend.py": arcs})
+    data.write()
+
+
+def test_lists_the_arcs_only_other_backends_reach_and_the_files_reaching_them(
+    tmp_path, capsys
+):
+    shared = {(1, 2), (2, -1)}
+    write(tmp_path, "torch", {"tests/test_a.py::test_one|run": shared})
+    write(
+        tmp_path,
+        "jax",
+        {
+            "tests/test_a.py::test_one|run": shared | {(2, 5)},
+            "tests/test_b.py::test_two|run": {(2, 5), (5, 6)},
+            # Reached while importing: every run records that.
+            "": {(7, 8)},
+        },
+    )
+    write(tmp_path, "tensorflow", {"tests/test_c.py::test_three[x]|setup": {(9, 10)}})
+    backend_coverage.main(tmp_path)
+    out = capsys.readouterr().out
+    assert out.splitlines()[0] == "3 arcs reached only outside the torch run:"
+    assert "backend.py:2->5  (test_a.py, test_b.py)" in out
+    assert "backend.py:5->6  (test_b.py)" in out
+    assert "backend.py:9->10  (test_c.py)" in out
+    assert "7->8" not in out and "1->2" not in out
+    assert out.splitlines()[-1] == (
+        "test files that reach all of them: test_b.py, test_c.py"
+    )
+
+
+def item(name, test):
+    return types.SimpleNamespace(path=pathlib.Path("tests") / name, originalname=test)
+
+
+@pytest.mark.parametrize(
+    "backend, name, test, expected",
+    [
+        ("torch", "test_attention.py", "test_x", True),  # the run of `once`
+        ("jax", "test_distribute.py", "test_x", True),  # a whole file
+        ("jax", "test_attention.py", "test_x", False),
+        (
+            "tensorflow",
+            "test_model.py",
+            "test_compiled_training_under_mixed_bfloat16",
+            True,  # one test of a file
+        ),
+        ("tensorflow", "test_model.py", "test_eager_call_matches_predict", False),
+    ],
+)
+def test_which_tests_record_coverage(monkeypatch, backend, name, test, expected):
+    monkeypatch.setattr(conftest, "BACKEND", backend)
+    suite = ["tensorflow", "jax", "torch"]
+    assert conftest._records_coverage(item(name, test), suite) is expected
+    # Without run_all.sh's backend list (plain pytest) every test records.
+    assert conftest._records_coverage(item(name, test), []) is True
