@@ -16,8 +16,8 @@ The suite runs once per backend (KERAS_BACKEND). Two markers shape a run:
 
 Coverage (``tests/run_all.sh`` without ``--quick``): the run that collects the
 ``once`` tests records coverage for every test; the other backends' runs
-record it only for the test files in ``PER_BACKEND_COVERAGE``, whose tests
-reach lines that only some backends run (``tests/backend_coverage.py`` finds
+record it only for the test files (and single tests) in
+``PER_BACKEND_COVERAGE``, which reach lines that only some backends run (``tests/backend_coverage.py`` finds
 them). Tracing costs those runs about a fifth of their time; every test still
 runs on every backend, only what coverage records differs.
 """
