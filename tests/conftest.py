@@ -17,7 +17,8 @@ The suite runs once per backend (KERAS_BACKEND). Two markers shape a run:
 Coverage (``tests/run_all.sh`` without ``--quick``): the run that collects the
 ``once`` tests records coverage for every test; the other backends' runs
 record it only for the test files (and single tests) in
-``PER_BACKEND_COVERAGE``, which reach lines that only some backends run (``tests/backend_coverage.py`` finds
+``PER_BACKEND_COVERAGE``, which reach lines that only some backends run
+(``tests/backend_coverage.py`` lists those lines and the tests reaching
 them). Tracing costs those runs about a fifth of their time; every test still
 runs on every backend, only what coverage records differs.
 """
@@ -73,9 +74,11 @@ def pytest_collection_modifyitems(config, items):
 # Where the TensorFlow and JAX runs record coverage: the test files (or
 # `file::test`) whose tests reach lines and branches that the PyTorch run does
 # not (backend.py's, distribute.py's and _fault_safe.py's branches for those
-# backends, the TensorFlow graph checks in model.py). Found with
-# tests/backend_coverage.py from a run with test contexts (2026-12-02): these
-# reach all 331 such arcs.
+# backends, the TensorFlow graph checks in model.py). Chosen from the list
+# that tests/backend_coverage.py printed for a run with test contexts
+# (2026-12-02), preferring the files that take least time and single tests
+# where a file is slow; checked against that run's data: these reach all 331
+# such arcs. The tool's own greedy choice ignores time.
 PER_BACKEND_COVERAGE = {
     "tensorflow": (
         "test_batching.py",
