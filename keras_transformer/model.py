@@ -462,8 +462,28 @@ class Transformer(keras.Model):
     def fit(self, x=None, y=None, *args, **kwargs):
         x, y = _arrays_from_lists(x), _arrays_from_lists(y, "targets")
         self.validate_inputs(x, y)
+        self._build_optimizer()
         with _fault_safe.guard(self):
             return super().fit(x, y, *args, **kwargs)
+
+    def _build_optimizer(self):
+        """Create the optimizer's variables before the first compiled step.
+
+        Keras' TensorFlow trainer (3.15) builds the optimizer inside the first
+        traced step when no distribution strategy is set; tf.function then
+        traces that step twice and wraps every new variable's initializer in
+        a ``tf.cond`` (four conditional graphs per weight for Adam), which made
+        the first step about as costly as the tracing itself. Built here, the
+        step is traced once, as on JAX, whose trainer builds first too."""
+        optimizer = getattr(self, "optimizer", None)
+        if (
+            keras.backend.backend() == "tensorflow"
+            and optimizer is not None
+            and not optimizer.built
+            and self.built
+            and getattr(self, "_distribute_strategy", None) is None
+        ):
+            optimizer.build(self.trainable_variables)
 
     def evaluate(self, x=None, y=None, *args, **kwargs):
         x, y = _arrays_from_lists(x), _arrays_from_lists(y, "targets")
@@ -480,6 +500,7 @@ class Transformer(keras.Model):
     def train_on_batch(self, x, y=None, *args, **kwargs):
         x, y = _arrays_from_lists(x), _arrays_from_lists(y, "targets")
         self.validate_inputs(x, y)
+        self._build_optimizer()
         with _fault_safe.guard(self):
             return super().train_on_batch(x, y, *args, **kwargs)
 

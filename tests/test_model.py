@@ -447,6 +447,35 @@ def test_save_load_round_trip_and_training_continues(tmp_path):
         )
 
 
+@pytest.mark.parametrize("entry", ["fit", "train_on_batch"])
+def test_optimizer_is_built_before_the_first_step_is_traced(entry):
+    """The loss runs while the train step is traced: by then the optimizer has
+    its variables. Keras' TensorFlow trainer (3.15) otherwise creates them
+    inside the first traced step, which tf.function then traces twice
+    (``[False, True]`` here) and fills with a conditional initializer per
+    variable (Transformer._build_optimizer). On JAX and PyTorch Keras first
+    runs the loss once on symbolic values, before it builds the optimizer;
+    only the last call is the step's."""
+    model = small_model(num_layers=1)
+    cross_entropy = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    built_when_traced = []
+
+    def loss(y_true, y_pred):
+        built_when_traced.append(model.optimizer.built)
+        return cross_entropy(y_true, y_pred)
+
+    model.compile(optimizer=keras.optimizers.Adam(1e-3), loss=loss)
+    x, y = seq2seq_batch(np.random.default_rng(3), batch=2)
+    if entry == "fit":
+        model.fit(x, y, batch_size=2, epochs=1, verbose=0)
+    else:
+        model.train_on_batch(x, y)
+    assert built_when_traced[-1], built_when_traced
+    if BACKEND == "tensorflow":
+        assert built_when_traced == [True], "the step was traced more than once"
+    assert model.optimizer.iterations.numpy() == 1
+
+
 @pytest.mark.slow
 @pytest.mark.once
 def test_user_snippet_tiny_fit_save_load(tmp_path):
