@@ -15,8 +15,9 @@ The suite runs once per backend (KERAS_BACKEND). Two markers shape a run:
   ``-m "not slow"``).
 
 Coverage (``tests/run_all.sh`` without ``--quick``): the run that collects the
-``once`` tests records coverage for every test; the other backends' runs
-record it only for the test files (and single tests) in
+``once`` tests by default records coverage for every test, and every run
+records it for the ``once`` tests it collects; the other backends' runs
+record it otherwise only for the test files (and single tests) in
 ``PER_BACKEND_COVERAGE``, which reach lines that only some backends run
 (``tests/backend_coverage.py`` lists those lines and the tests reaching
 them). Tracing costs those runs about a fifth of their time; every test still
@@ -107,6 +108,8 @@ def _records_coverage(item, suite):
     """Whether this backend's run records coverage while ``item`` runs."""
     if not suite or BACKEND == once_home(pytest.mark.once.mark, suite):
         return True
+    if item.get_closest_marker("once") is not None:
+        return True  # this is its only run
     chosen = PER_BACKEND_COVERAGE.get(BACKEND, ())
     name = item.path.name
     return name in chosen or f"{name}::{item.originalname}" in chosen

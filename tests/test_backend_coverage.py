@@ -48,28 +48,42 @@ def test_lists_the_arcs_only_other_backends_reach_and_the_files_reaching_them(
     )
 
 
-def item(name, test):
-    return types.SimpleNamespace(path=pathlib.Path("tests") / name, originalname=test)
+def item(name, test, once=False):
+    markers = {"once": pytest.mark.once("tensorflow").mark} if once else {}
+    return types.SimpleNamespace(
+        path=pathlib.Path("tests") / name,
+        originalname=test,
+        get_closest_marker=markers.get,
+    )
 
 
 @pytest.mark.parametrize(
-    "backend, name, test, expected",
+    "backend, name, test, once, expected",
     [
-        ("torch", "test_attention.py", "test_x", True),  # the run of `once`
-        ("jax", "test_distribute.py", "test_x", True),  # a whole file
-        ("jax", "test_attention.py", "test_x", False),
+        ("torch", "test_attention.py", "test_x", False, True),  # the run of `once`
+        ("jax", "test_distribute.py", "test_x", False, True),  # a whole file
+        ("jax", "test_attention.py", "test_x", False, False),
         (
             "tensorflow",
             "test_model.py",
             "test_compiled_training_under_mixed_bfloat16",
+            False,
             True,  # one test of a file
         ),
-        ("tensorflow", "test_model.py", "test_eager_call_matches_predict", False),
+        (
+            "tensorflow",
+            "test_model.py",
+            "test_eager_call_matches_predict",
+            False,
+            False,
+        ),
+        # A `once` test collected elsewhere than torch: its only run records.
+        ("tensorflow", "test_install.py", "test_x", True, True),
     ],
 )
-def test_which_tests_record_coverage(monkeypatch, backend, name, test, expected):
+def test_which_tests_record_coverage(monkeypatch, backend, name, test, once, expected):
     monkeypatch.setattr(conftest, "BACKEND", backend)
     suite = ["tensorflow", "jax", "torch"]
-    assert conftest._records_coverage(item(name, test), suite) is expected
+    assert conftest._records_coverage(item(name, test, once), suite) is expected
     # Without run_all.sh's backend list (plain pytest) every test records.
-    assert conftest._records_coverage(item(name, test), []) is True
+    assert conftest._records_coverage(item(name, test, once), []) is True
