@@ -20,7 +20,8 @@ def test_readme_is_a_front_page():
 
 @pytest.mark.once
 @pytest.mark.slow
-def test_model_snippets_run():
+def test_model_snippets_run(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the snippet saves t.keras where it runs
     blocks = python_blocks()
     assert "build_model" in blocks[0] and "decode_step" in blocks[1]
     namespace = {}
