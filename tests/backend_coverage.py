@@ -1,8 +1,9 @@
 """Which test files reach code that only some backends run (a tool, not a test).
 
-``tests/run_all.sh`` records coverage for every test in the run that also runs
-the ``once`` tests (PyTorch), but on TensorFlow and JAX only for the test
-files in ``conftest.PER_BACKEND_COVERAGE``: tracing costs about a fifth of a
+``tests/run_all.sh`` records coverage for every test in the run that runs
+the ``once`` tests by default (PyTorch), but on TensorFlow and JAX only for
+the ``once`` tests they collect and the test files in
+``conftest.PER_BACKEND_COVERAGE``: tracing costs about a fifth of a
 run, and most lines run the same on every backend. This script shows which
 files that set needs. Record each backend's coverage with test contexts, in
 files named ``.coverage.<backend>``, then::

@@ -14,8 +14,9 @@
 #
 # Tests marked `once` (backend-free code, whole-program tests) run in one
 # backend's run only, and the TensorFlow and JAX runs record coverage only for
-# the tests that reach their own branches: see tests/conftest.py. `--quick` is
-# the development loop: `-m "not slow"`, no coverage.
+# the `once` tests they collect and the tests that reach their own branches:
+# see tests/conftest.py. `--quick` is the development loop: `-m "not slow"`,
+# no coverage.
 #
 # Every backend is run even if one fails; the script exits non-zero if any
 # backend failed (pytest's exit code 5, "no tests collected", counts as a
