@@ -73,8 +73,30 @@ def trained(proto):
     return Translator(tokenizer, model)
 
 
+# The references below feed the decoder its prefix right-padded to this
+# width, so that predict_on_batch compiles once per source length, not once
+# per (source length, prefix length). Padding on the right cannot change the
+# last real position: the decoder's causal mask (section 3.2.3) hides later
+# positions from it, whatever they hold. The source row stays unpadded.
+DECODER_WIDTH = 16
+
+
+def next_logits(model, src_ids, prefix):
+    """The model's logits after ``prefix`` (which starts with START)."""
+    if len(prefix) > DECODER_WIDTH:
+        raise ValueError(f"prefix of {len(prefix)} > DECODER_WIDTH")
+    decoder = np.zeros((1, DECODER_WIDTH), "int32")
+    decoder[0, : len(prefix)] = prefix
+    # predict_on_batch: inference mode, compiled per shape (an eager call per
+    # step takes about a second on JAX, each new shape recompiling every op).
+    logits = model.predict_on_batch(
+        {"encoder_inputs": np.array([src_ids], "int32"), "decoder_inputs": decoder}
+    )
+    return np.asarray(logits)[0, len(prefix) - 1]
+
+
 def naive_greedy(model, src_ids, max_steps):
-    """Greedy decoding written out: one unpadded row, the whole prefix each step.
+    """Greedy decoding written out: one row, the whole prefix each step.
 
     Starts from [START]; appends the argmax (over ids other than PAD and
     START, which a sentence never contains) of the last position's logits;
@@ -83,17 +105,7 @@ def naive_greedy(model, src_ids, max_steps):
     out = []
     dec = [tk.START_ID]
     while len(out) < max_steps:
-        # predict_on_batch: inference mode, compiled per shape (an eager call
-        # per step takes about a second on JAX, each new shape recompiling
-        # every op).
-        logits = model.predict_on_batch(
-            {
-                "encoder_inputs": np.array([src_ids], "int32"),
-                "decoder_inputs": np.array([dec], "int32"),
-            }
-        )
-        last = np.asarray(logits)[0, -1]
-        token = int(np.argmax(last[2:])) + 2
+        token = int(np.argmax(next_logits(model, src_ids, dec)[2:])) + 2
         out.append(token)
         if token == tk.END_ID:
             break
@@ -280,16 +292,11 @@ def test_bad_arguments(tokenizer):
 
 def naive_beam(model, src_ids, beam_size, alpha, limit):
     """``numpy_reference.beam_search`` with log-probabilities from the model
-    on each unpadded prefix, one hypothesis at a time."""
+    on each prefix, one hypothesis at a time."""
 
     def next_log_probs(tokens):
-        logits = model.predict_on_batch(
-            {
-                "encoder_inputs": np.array([src_ids], "int32"),
-                "decoder_inputs": np.array([[tk.START_ID, *tokens]], "int32"),
-            }
-        )
-        return numpy_reference.log_softmax(np.asarray(logits)[0, -1])
+        logits = next_logits(model, src_ids, [tk.START_ID, *tokens])
+        return numpy_reference.log_softmax(logits)
 
     return numpy_reference.beam_search(next_log_probs, beam_size, alpha, limit)
 
