@@ -70,6 +70,7 @@ if [[ -z "${XLA_FLAGS+x}" ]]; then
     export XLA_FLAGS="--xla_force_host_platform_device_count=4 --xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
 fi
 export TF_CPP_MIN_LOG_LEVEL=2
+unset PYTHONDONTWRITEBYTECODE  # see the install below
 export MPLBACKEND="${MPLBACKEND:-Agg}"
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 # Which backends this run covers: tests marked `once` run in one of them only.
@@ -108,7 +109,10 @@ echo "==> pip install --no-compile -c constraints.txt -e \".[test]\""
 # Quiet, and without pip's notes about this machine's local index folders.
 # --no-compile: pip would byte-compile all ~15,000 files of the three
 # frameworks, about half of the install's time (2 min 02 s against 1 min 03 s
-# here); Python compiles the modules the tests import as it imports them.
+# here); Python compiles the modules the tests import as it imports them, and
+# keeps them: PYTHONDONTWRITEBYTECODE (set on this project's machines) is
+# unset below, or every test process would compile TensorFlow, JAX and
+# PyTorch from source again (about 11 s of CPU each).
 set +e
 "$py" -m pip install --quiet --no-input --no-compile -c constraints.txt -e ".[test]" 2>&1 |
     grep -v "is ignored: it is neither a file nor a directory"
