@@ -163,6 +163,11 @@ def _fresh_keras_state():
 def _collect_garbage():
     yield
     gc.collect()
+    # What survives a full collection here (modules, Keras' and the
+    # backends' globals, traced graphs kept by live models) is kept out of
+    # later collections: each full collection of a long run otherwise walks
+    # all of it again.
+    gc.freeze()
 
 
 @pytest.fixture
