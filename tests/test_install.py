@@ -33,7 +33,7 @@ COMMANDS = (
 )
 SMALL_RUN = [
     "--task", "numbers", "--train-size", "200", "--val-size", "8",
-    "--test-size", "8", "--num-layers", "1", "--d-model", "32",
+    "--test-size", "8", "--uniform-size", "8", "--num-layers", "1", "--d-model", "32",
     "--num-heads", "2", "--d-ff", "64", "--max-length", "64",
     "--vocab-size", "60", "--batch-tokens", "256", "--bucket-lengths", "16,64",
     "--beam-size", "1", "--max-minutes", "0.17",

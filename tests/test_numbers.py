@@ -254,7 +254,7 @@ def test_english_word_count():
 
 # --- Splits --------------------------------------------------------------------
 
-SMALL = dict(train_size=3000, val_size=300, test_size=300)
+SMALL = dict(train_size=3000, val_size=300, test_size=300, uniform_size=200)
 
 
 def test_default_split_sizes_disjoint_and_core_in_training():
@@ -263,23 +263,32 @@ def test_default_split_sizes_disjoint_and_core_in_training():
         "train": 50_000,
         "validation": 1_000,
         "test": 1_000,
+        "uniform": 2_000,
     }
     sets = {k: set(v.tolist()) for k, v in numbers.items()}
-    assert sum(map(len, sets.values())) == 52_000  # no repeats within a split
+    assert sum(map(len, sets.values())) == 54_000  # no repeats within a split
     assert not sets["train"] & sets["validation"]
     assert not sets["train"] & sets["test"]
     assert not sets["validation"] & sets["test"]
     for values in numbers.values():
         assert values.min() >= 0 and values.max() <= 999_999
     assert set(range(1000)) <= sets["train"]
+    # The uniform split: kept out of training from 1000 on.
+    assert not {n for n in sets["uniform"] if n >= 1000} & sets["train"]
     # Evaluation: equal thirds of 4-, 5- and 6-digit numbers (remainder longest).
     for split in ("validation", "test"):
         digits = np.bincount([len(str(n)) for n in numbers[split]], minlength=7)
         assert digits.tolist() == [0, 0, 0, 0, 333, 333, 334]
     # Training beyond 0-999: four-digit numbers run out, the rest are shared.
     digits = np.bincount([len(str(n)) for n in numbers["train"]], minlength=7)
-    assert digits[4] == 9000 - 666
-    assert digits[5] == digits[6] == (49_000 - digits[4]) // 2
+    four_digit_uniform = len(
+        {n for n in sets["uniform"] if 1000 <= n < 10_000}
+        - sets["validation"]
+        - sets["test"]
+    )
+    assert digits[4] == 9000 - 666 - four_digit_uniform
+    assert digits[5] == (49_000 - digits[4]) // 2  # the smaller stratum first
+    assert digits[6] == 49_000 - digits[4] - digits[5]
 
 
 def test_make_splits_pairs_and_determinism():
@@ -303,6 +312,8 @@ def test_make_splits_pairs_and_determinism():
     assert not (
         sources[0] & sources[1] or sources[0] & sources[2] or sources[1] & sources[2]
     )
+    # Only the uniform split's numbers below 1000 (the core) are trained on.
+    assert all(parse_english(s) < 1000 for s in sources[3] & sources[0])
 
 
 def test_test_split_does_not_depend_on_other_sizes():
@@ -320,7 +331,7 @@ def test_small_training_set_takes_part_of_the_core():
 
 def test_make_splits_spells_each_number_once(monkeypatch):
     """The work of ``make_splits`` is one English and one German spelling per
-    number drawn (52,000 by default; about 0.2 s on an idle machine). Counted
+    number drawn (54,000 by default; about 0.2 s on an idle machine). Counted
     rather than timed: the suite asserts no timings."""
     from keras_transformer.data import numbers as module
 
@@ -336,8 +347,8 @@ def test_make_splits_spells_each_number_once(monkeypatch):
     monkeypatch.setattr(module, "english", counting("english", module.english))
     monkeypatch.setattr(module, "german", counting("german", module.german))
     splits = module.make_splits(seed=1)
-    assert sum(len(sources) for sources, _ in splits.values()) == 52_000
-    assert calls == {"english": 52_000, "german": 52_000}
+    assert sum(len(sources) for sources, _ in splits.values()) == 54_000
+    assert calls == {"english": 54_000, "german": 54_000}
 
 
 @pytest.mark.parametrize(
@@ -347,6 +358,9 @@ def test_make_splits_spells_each_number_once(monkeypatch):
         (dict(val_size=1.5), TypeError),
         (dict(train_size=900_000, val_size=60_000, test_size=60_000), ValueError),
         (dict(train_size=0, val_size=500_000, test_size=500_000), ValueError),
+        (dict(uniform_size=-1), ValueError),
+        (dict(uniform_size=True), TypeError),
+        (dict(uniform_size=1_000_001), ValueError),
     ],
 )
 def test_bad_sizes_raise(kwargs, error):
@@ -356,6 +370,42 @@ def test_bad_sizes_raise(kwargs, error):
 
 @pytest.mark.slow
 def test_largest_possible_splits_cover_the_range():
-    numbers = sample_numbers(seed=0, train_size=998_000, val_size=1000, test_size=1000)
+    numbers = sample_numbers(
+        seed=0, train_size=998_000, val_size=1000, test_size=1000, uniform_size=0
+    )
     together = np.concatenate(list(numbers.values()))
     np.testing.assert_array_equal(np.sort(together), np.arange(1_000_000))
+    # With a uniform split besides, training has that much less room.
+    with pytest.raises(ValueError, match="uniformly drawn"):
+        sample_numbers(seed=0, train_size=998_000, val_size=1000, test_size=1000)
+
+
+def test_uniform_split_is_uniform_and_leaves_the_others_alone():
+    numbers = sample_numbers(seed=2, **SMALL)
+    without = sample_numbers(seed=2, **{**SMALL, "uniform_size": 0})
+    assert len(without["uniform"]) == 0
+    for split in ("validation", "test"):
+        np.testing.assert_array_equal(numbers[split], without[split])
+    uniform = sample_numbers(seed=2, train_size=10, val_size=1, test_size=1)["uniform"]
+    assert len(set(uniform.tolist())) == 2000
+    assert uniform.min() >= 0 and uniform.max() <= 999_999
+    # Drawn uniformly: nine in ten have six digits (2,000 draws: 0.9 +- 0.02
+    # at three standard deviations).
+    assert 0.88 < np.mean(uniform >= 100_000) < 0.92
+    np.testing.assert_array_equal(
+        uniform,
+        sample_numbers(seed=2, train_size=10, val_size=1, test_size=1)["uniform"],
+    )
+    assert not np.array_equal(
+        uniform,
+        sample_numbers(seed=3, train_size=10, val_size=1, test_size=1)["uniform"],
+    )
+
+
+def test_edge_numbers():
+    from keras_transformer.data import EDGE_NUMBERS
+
+    assert EDGE_NUMBERS == (0, 1, 17, 21, 101, 1_001, 100_000, 999_999)
+    assert [german(n) for n in EDGE_NUMBERS[:4]] == [
+        "null", "eins", "siebzehn", "einundzwanzig",
+    ]  # fmt: skip

@@ -32,7 +32,7 @@ SMALL = [
     "--bucket-lengths", "16,64", "--beam-size", "1",
 ]  # fmt: skip
 NUMBERS = ["--task", "numbers", "--train-size", "300", "--val-size", "16",
-           "--test-size", "16"]  # fmt: skip
+           "--test-size", "16", "--uniform-size", "12"]  # fmt: skip
 
 
 def run(out, *extra):
@@ -98,6 +98,11 @@ def test_numbers_run_writes_everything(finished):
     # Beam search as asked (the last --beam-size wins), and greedy to compare.
     assert saved["beam_size"] == 2 and saved["length_penalty"] == 0.6
     assert 0.0 <= saved["exact_match_greedy"] <= 1.0
+    # Beside the stratified test split: numbers drawn uniformly, and the edge
+    # numbers, each one right or named with its translation.
+    assert saved["uniform_sentences"] == 12
+    assert 0.0 <= saved["exact_match_uniform"] <= 1.0
+    assert saved["edge_numbers"] == 8 and 0 <= saved["edge_numbers_right"] <= 8
     # TensorBoard event files for training and validation.
     logs = [str(p) for p in (out / "logs").rglob("events.out.tfevents.*")]
     assert any("train" in p for p in logs) and any("validation" in p for p in logs)
@@ -393,3 +398,44 @@ def test_progress_lines_within_an_epoch_when_not_on_a_terminal(tmp_path, capsys)
     )
     assert all(re.fullmatch(pattern, line) for line in lines), lines[:3]
     assert lines[0].startswith("step 1/")
+
+
+@pytest.mark.once
+def test_report_on_uniform_and_edge_numbers_names_the_wrong_ones(capsys):
+    """The numbers task's extra report, with a stand-in translator that
+    knows the answers except for zero and seventeen."""
+    from keras_transformer.data import EDGE_NUMBERS, english, german
+
+    table = {english(n): german(n) for n in (*EDGE_NUMBERS, 5, 4_321, 98_765)}
+    table.update({english(0): "neun", english(17): ""})
+
+    class Lookup:
+        def translate(self, texts, **options):
+            assert options["beam_size"] == 3  # the configured search
+            return [table[text] for text in texts]
+
+    uniform = (
+        [english(n) for n in (5, 4_321, 98_765, 0)],
+        [german(n) for n in (5, 4_321, 98_765, 0)],
+    )
+    search = {"beam_size": 3, "length_penalty": 0.6}
+    results = train._uniform_and_edge_numbers(Lookup(), uniform, search)
+    assert results == {
+        "exact_match_uniform": 0.75,
+        "uniform_sentences": 4,
+        "edge_numbers": 8,
+        "edge_numbers_right": 6,
+    }
+    out = capsys.readouterr().out
+    assert (
+        "exact match on 4 numbers drawn uniformly from 0-999,999, beam size 3: 75.0%"
+        in out
+    )
+    assert "2 wrong: 0 -> 'neun'; 17 -> ''" in out
+    # All right, and no uniform split (--uniform-size 0).
+    table.update({english(0): "null", english(17): "siebzehn"})
+    assert train._uniform_and_edge_numbers(Lookup(), ([], []), search) == {
+        "edge_numbers": 8,
+        "edge_numbers_right": 8,
+    }
+    assert "): all right" in capsys.readouterr().out

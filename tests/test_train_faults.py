@@ -35,7 +35,7 @@ SMALL = [
     "--beam-size", "1", "--verbose", "0",
 ]  # fmt: skip
 NUMBERS = ["--task", "numbers", "--train-size", "100", "--val-size", "4",
-           "--test-size", "4"]  # fmt: skip
+           "--test-size", "4", "--uniform-size", "4"]  # fmt: skip
 # Three checkpoints kept (steps 9, 12 and 14), all averaged.
 RUN = ["--bucket-lengths", "32", "--epochs", "2", "--average-last", "3",
        "--checkpoint-steps", "3"]  # fmt: skip

@@ -155,6 +155,12 @@ def parse_args(argv=None):
     )
     parser.add_argument("--val-size", type=int, default=1000, help="numbers task")
     parser.add_argument("--test-size", type=int, default=1000, help="numbers task")
+    parser.add_argument(
+        "--uniform-size",
+        type=int,
+        default=2000,
+        help="numbers task: numbers drawn uniformly for the report (not trained on)",
+    )
     parser.add_argument("--max-lines", type=int, help="--data: use the first N")
     parser.add_argument(
         "--verbose",
@@ -195,6 +201,8 @@ def _check_args(parser, args):
     ):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1")
+    if args.uniform_size < 0:
+        parser.error("--uniform-size must be >= 0")
     if args.vocab_size <= ktd.UNK_ID + 1:
         parser.error(
             f"--vocab-size must be > {ktd.UNK_ID + 1}, the reserved ids "
@@ -264,7 +272,7 @@ def load_data(args):
     """
     if args.task == "numbers":
         return ktd.make_splits(
-            args.seed, args.train_size, args.val_size, args.test_size
+            args.seed, args.train_size, args.val_size, args.test_size, args.uniform_size
         )
     try:
         splits = {}
@@ -799,6 +807,38 @@ class _Progress(keras.callbacks.ProgbarLogger):
 # -- after training ---------------------------------------------------------------
 
 
+def _uniform_and_edge_numbers(translator, uniform, search):
+    """Exact match on numbers drawn uniformly (nine in ten have six digits,
+    where the test split has a third), and the edge numbers one by one."""
+    results = {}
+    sources, references = uniform
+    if sources:
+        hypotheses = translator.translate(sources, batch_size=256, verbose=1, **search)
+        hits = [h == r for h, r in zip(hypotheses, references, strict=True)]
+        results.update(
+            exact_match_uniform=float(np.mean(hits)), uniform_sentences=len(hits)
+        )
+        log(
+            f"exact match on {len(hits)} numbers drawn uniformly from "
+            f"0-{ktd.LIMIT - 1:,}, beam size {search['beam_size']}: "
+            f"{results['exact_match_uniform']:.1%}"
+        )
+    edges = list(ktd.EDGE_NUMBERS)
+    outputs = translator.translate([ktd.english(n) for n in edges], **search)
+    wrong = {
+        n: out for n, out in zip(edges, outputs, strict=True) if out != ktd.german(n)
+    }
+    # A count, so that results.json stays flat; the log names the wrong ones.
+    results.update(edge_numbers=len(edges), edge_numbers_right=len(edges) - len(wrong))
+    names = ", ".join(f"{n:,}" for n in edges)
+    if wrong:
+        shown = "; ".join(f"{n:,} -> {out!r}" for n, out in wrong.items())
+        log(f"edge numbers ({names}): {len(wrong)} wrong: {shown}")
+    else:
+        log(f"edge numbers ({names}): all right")
+    return results
+
+
 def report(path, data, trained, args):
     """Reload the saved translator, score it, print examples, write results."""
     translator = load_translator(path)  # keras.saving.load_model
@@ -829,6 +869,7 @@ def report(path, data, trained, args):
                 f"{results[f'exact_match{name}']:.1%}"
             )
         results.update(split="test", sentences=len(sources))
+        results.update(_uniform_and_edge_numbers(translator, data["uniform"], search))
         examples = [
             "three hundred forty-two",
             "twenty-one thousand five",

@@ -13,6 +13,7 @@ from keras_transformer.data.corpus import (
     split_path,
 )
 from keras_transformer.data.numbers import (
+    EDGE_NUMBERS,
     LIMIT,
     english,
     german,
@@ -31,6 +32,7 @@ from keras_transformer.data.tokenizer import (
 )
 
 __all__ = [
+    "EDGE_NUMBERS",
     "END_ID",
     "LIMIT",
     "PAD_ID",

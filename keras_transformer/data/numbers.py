@@ -130,6 +130,11 @@ def german(n):
 # Strata by number of digits; 0-999 are the "core" (see sample_numbers).
 _STRATA = ((1_000, 10_000), (10_000, 100_000), (100_000, LIMIT))
 
+# Numbers any model of the task should get right, reported one by one after
+# training: zero, one, a teen, the first compound, "eins" after "hundert" and
+# after "tausend", the first and the last six-digit numbers.
+EDGE_NUMBERS = (0, 1, 17, 21, 101, 1_001, 100_000, 999_999)
+
 
 def _equal_shares(total, capacities):
     """Split ``total`` as evenly as the ``capacities`` allow.
@@ -147,8 +152,10 @@ def _equal_shares(total, capacities):
     return shares
 
 
-def sample_numbers(seed=0, train_size=50_000, val_size=1_000, test_size=1_000):
-    """Draw disjoint sets of integers in ``[0, 999999]`` for the three splits.
+def sample_numbers(
+    seed=0, train_size=50_000, val_size=1_000, test_size=1_000, uniform_size=2_000
+):
+    """Draw integers in ``[0, 999999]`` for the splits, training apart from the rest.
 
     Design:
 
@@ -168,23 +175,31 @@ def sample_numbers(seed=0, train_size=50_000, val_size=1_000, test_size=1_000):
       splits are disjoint, and the test set depends only on ``seed`` and
       ``test_size`` (not on the other sizes). Validation and test hold only
       numbers >= 1000; 0-999 are all in training at the default sizes.
+    - **A uniform split besides.** ``uniform`` holds numbers drawn uniformly
+      from 0-999,999 (nine in ten have six digits), from a generator of its
+      own, so the other evaluation splits are the same with or without it.
+      Those >= 1000 are kept out of training; the few below 1000 are in
+      training, like all of 0-999. It may share numbers with validation and
+      test (all three are for evaluation only).
 
     Args:
         seed: seed of the NumPy generator; same seed, same splits.
         train_size: number of training numbers.
         val_size: number of validation numbers.
         test_size: number of test numbers.
+        uniform_size: number of uniformly drawn numbers.
 
     Returns:
-        ``{"train": array, "validation": array, "test": array}`` of int64
-        numbers, each in a seeded random order.
+        ``{"train": array, "validation": array, "test": array, "uniform":
+        array}`` of int64 numbers, each in a seeded random order.
 
     Raises:
         TypeError: a size is not an int.
         ValueError: a size is negative or the sizes do not fit in the range.
     """
     sizes = {"test": test_size, "validation": val_size, "train": train_size}
-    for name, size in sizes.items():
+    sizes_given = {**sizes, "uniform": uniform_size}
+    for name, size in sizes_given.items():
         if isinstance(size, bool) or not isinstance(size, numbers.Integral):
             raise TypeError(f"{name} size must be an int. Received: {size!r}")
         if size < 0:
@@ -195,6 +210,11 @@ def sample_numbers(seed=0, train_size=50_000, val_size=1_000, test_size=1_000):
             f"The splits do not fit in {LIMIT:,} numbers ({large:,} of them "
             f"from 1000 on for validation and test). Received sizes: {sizes}"
         )
+    if uniform_size > LIMIT:
+        raise ValueError(f"uniform size must be <= {LIMIT:,}. Received: {uniform_size}")
+    uniform = np.random.default_rng([seed, 1]).choice(
+        LIMIT, uniform_size, replace=False
+    )
     rng = np.random.default_rng(seed)
     pools = [lo + rng.permutation(hi - lo) for lo, hi in _STRATA]
     used = [0] * len(pools)
@@ -206,15 +226,31 @@ def sample_numbers(seed=0, train_size=50_000, val_size=1_000, test_size=1_000):
             core = min(size, 1000)
             parts.append(np.sort(rng.permutation(1000)[:core]))
             size -= core
+            held = uniform[uniform >= 1000]
+            pools = [
+                np.concatenate([pool[:u], pool[u:][~np.isin(pool[u:], held)]])
+                for pool, u in zip(pools, used, strict=True)
+            ]
+            room = sum(len(pool) - u for pool, u in zip(pools, used, strict=True))
+            if size > room:
+                raise ValueError(
+                    f"train size {train_size:,} does not fit: {room + 1000:,} "
+                    f"numbers are left for training besides validation, test "
+                    f"and the {uniform_size:,} uniformly drawn. Received "
+                    f"sizes: {sizes_given}"
+                )
         capacities = [len(pool) - u for pool, u in zip(pools, used, strict=True)]
         for i, share in enumerate(_equal_shares(size, capacities)):
             parts.append(pools[i][used[i] : used[i] + share])
             used[i] += share
         splits[name] = rng.permutation(np.concatenate(parts).astype(np.int64))
-    return {name: splits[name] for name in ("train", "validation", "test")}
+    splits["uniform"] = uniform.astype(np.int64)
+    return {name: splits[name] for name in ("train", "validation", "test", "uniform")}
 
 
-def make_splits(seed=0, train_size=50_000, val_size=1_000, test_size=1_000):
+def make_splits(
+    seed=0, train_size=50_000, val_size=1_000, test_size=1_000, uniform_size=2_000
+):
     """English → German number-word pairs for training, validation and test.
 
     The numbers come from ``sample_numbers`` (see there for the design:
@@ -226,13 +262,15 @@ def make_splits(seed=0, train_size=50_000, val_size=1_000, test_size=1_000):
         train_size: number of training pairs.
         val_size: number of validation pairs.
         test_size: number of test pairs.
+        uniform_size: number of pairs of the uniform split.
 
     Returns:
-        ``{"train": (sources, targets), "validation": ..., "test": ...}``
+        ``{"train": (sources, targets), "validation": ..., "test": ...,
+        "uniform": ...}``
         where ``sources`` are ``english(n)`` and ``targets`` ``german(n)``,
         lists of str in the same order.
     """
-    splits = sample_numbers(seed, train_size, val_size, test_size)
+    splits = sample_numbers(seed, train_size, val_size, test_size, uniform_size)
     return {
         name: (
             [english(n) for n in values.tolist()],
