@@ -150,17 +150,7 @@ def parse_args(argv=None):
     )
     parser.add_argument("--data-parallel", action="store_true")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument(
-        "--train-size", type=int, default=50_000, help="numbers task: pairs"
-    )
-    parser.add_argument("--val-size", type=int, default=1000, help="numbers task")
-    parser.add_argument("--test-size", type=int, default=1000, help="numbers task")
-    parser.add_argument(
-        "--uniform-size",
-        type=int,
-        default=2000,
-        help="numbers task: numbers drawn uniformly for the report (not trained on)",
-    )
+    _add_split_sizes(parser)
     parser.add_argument("--max-lines", type=int, help="--data: use the first N")
     parser.add_argument(
         "--verbose",
@@ -180,6 +170,21 @@ def parse_args(argv=None):
     args = parser.parse_args(argv)
     _check_args(parser, args)
     return args
+
+
+def _add_split_sizes(parser):
+    """The numbers task's split sizes (``make_splits``)."""
+    parser.add_argument(
+        "--train-size", type=int, default=50_000, help="numbers task: pairs"
+    )
+    parser.add_argument("--val-size", type=int, default=1000, help="numbers task")
+    parser.add_argument("--test-size", type=int, default=1000, help="numbers task")
+    parser.add_argument(
+        "--uniform-size",
+        type=int,
+        default=2000,
+        help="numbers task: numbers drawn uniformly for the report (not trained on)",
+    )
 
 
 def _check_args(parser, args):

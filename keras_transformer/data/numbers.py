@@ -152,6 +152,33 @@ def _equal_shares(total, capacities):
     return shares
 
 
+def _check_sizes(sizes):
+    for name, size in sizes.items():
+        if isinstance(size, bool) or not isinstance(size, numbers.Integral):
+            raise TypeError(f"{name} size must be an int. Received: {size!r}")
+        if size < 0:
+            raise ValueError(f"{name} size must be >= 0. Received: {size!r}")
+    large = LIMIT - 1000
+    drawn = sizes["test"] + sizes["validation"]
+    if drawn > large or drawn + sizes["train"] > LIMIT:
+        raise ValueError(
+            f"The splits do not fit in {LIMIT:,} numbers ({large:,} of them "
+            f"from 1000 on for validation and test). Received sizes: {sizes}"
+        )
+    if sizes["uniform"] > LIMIT:
+        raise ValueError(
+            f"uniform size must be <= {LIMIT:,}. Received: {sizes['uniform']}"
+        )
+
+
+def _without(pools, used, held):
+    """``pools`` with the numbers in ``held`` taken out of their unused parts."""
+    return [
+        np.concatenate([pool[:u], pool[u:][~np.isin(pool[u:], held)]])
+        for pool, u in zip(pools, used, strict=True)
+    ]
+
+
 def sample_numbers(
     seed=0, train_size=50_000, val_size=1_000, test_size=1_000, uniform_size=2_000
 ):
@@ -199,19 +226,7 @@ def sample_numbers(
     """
     sizes = {"test": test_size, "validation": val_size, "train": train_size}
     sizes_given = {**sizes, "uniform": uniform_size}
-    for name, size in sizes_given.items():
-        if isinstance(size, bool) or not isinstance(size, numbers.Integral):
-            raise TypeError(f"{name} size must be an int. Received: {size!r}")
-        if size < 0:
-            raise ValueError(f"{name} size must be >= 0. Received: {size!r}")
-    large = LIMIT - 1000
-    if test_size + val_size > large or sum(sizes.values()) > LIMIT:
-        raise ValueError(
-            f"The splits do not fit in {LIMIT:,} numbers ({large:,} of them "
-            f"from 1000 on for validation and test). Received sizes: {sizes}"
-        )
-    if uniform_size > LIMIT:
-        raise ValueError(f"uniform size must be <= {LIMIT:,}. Received: {uniform_size}")
+    _check_sizes(sizes_given)
     uniform = np.random.default_rng([seed, 1]).choice(
         LIMIT, uniform_size, replace=False
     )
@@ -226,11 +241,7 @@ def sample_numbers(
             core = min(size, 1000)
             parts.append(np.sort(rng.permutation(1000)[:core]))
             size -= core
-            held = uniform[uniform >= 1000]
-            pools = [
-                np.concatenate([pool[:u], pool[u:][~np.isin(pool[u:], held)]])
-                for pool, u in zip(pools, used, strict=True)
-            ]
+            pools = _without(pools, used, uniform[uniform >= 1000])
             room = sum(len(pool) - u for pool, u in zip(pools, used, strict=True))
             if size > room:
                 raise ValueError(
