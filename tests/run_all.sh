@@ -111,7 +111,7 @@ echo "==> pip install --no-compile -c constraints.txt -e \".[test]\""
 # frameworks, about half of the install's time (2 min 02 s against 1 min 03 s
 # here); Python compiles the modules the tests import as it imports them, and
 # keeps them: PYTHONDONTWRITEBYTECODE (set on this project's machines) is
-# unset below, or every test process would compile TensorFlow, JAX and
+# unset above, or every test process would compile TensorFlow, JAX and
 # PyTorch from source again (about 11 s of CPU each).
 set +e
 "$py" -m pip install --quiet --no-input --no-compile -c constraints.txt -e ".[test]" 2>&1 |

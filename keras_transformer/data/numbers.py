@@ -225,8 +225,8 @@ def sample_numbers(
         ValueError: a size is negative or the sizes do not fit in the range.
     """
     sizes = {"test": test_size, "validation": val_size, "train": train_size}
-    sizes_given = {**sizes, "uniform": uniform_size}
-    _check_sizes(sizes_given)
+    sizes["uniform"] = uniform_size
+    _check_sizes(sizes)
     uniform = np.random.default_rng([seed, 1]).choice(
         LIMIT, uniform_size, replace=False
     )
@@ -242,15 +242,14 @@ def sample_numbers(
             parts.append(np.sort(rng.permutation(1000)[:core]))
             size -= core
             pools = _without(pools, used, uniform[uniform >= 1000])
-            room = sum(len(pool) - u for pool, u in zip(pools, used, strict=True))
-            if size > room:
-                raise ValueError(
-                    f"train size {train_size:,} does not fit: {room + 1000:,} "
-                    f"numbers are left for training besides validation, test "
-                    f"and the {uniform_size:,} uniformly drawn. Received "
-                    f"sizes: {sizes_given}"
-                )
         capacities = [len(pool) - u for pool, u in zip(pools, used, strict=True)]
+        if name == "train" and size > sum(capacities):
+            raise ValueError(
+                f"train size {train_size:,} does not fit: {sum(capacities) + 1000:,} "
+                f"numbers are left for training besides validation, test "
+                f"and the {uniform_size:,} uniformly drawn. Received "
+                f"sizes: {sizes}"
+            )
         for i, share in enumerate(_equal_shares(size, capacities)):
             parts.append(pools[i][used[i] : used[i] + share])
             used[i] += share
