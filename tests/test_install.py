@@ -36,7 +36,7 @@ SMALL_RUN = [
     "--test-size", "8", "--uniform-size", "8", "--num-layers", "1", "--d-model", "32",
     "--num-heads", "2", "--d-ff", "64", "--max-length", "64",
     "--vocab-size", "60", "--batch-tokens", "256", "--bucket-lengths", "16,64",
-    "--beam-size", "1", "--max-minutes", "0.17",
+    "--beam-size", "1", "--epochs", "1", "--max-minutes", "5",
 ]  # fmt: skip
 
 # Once, in the TensorFlow run: its commands run in their own processes (on

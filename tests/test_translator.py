@@ -161,8 +161,8 @@ def test_default_output_length_is_source_length_plus_50(tokenizer):
     assert any(tk.END_ID not in row for row in ids)
 
 
-@pytest.mark.slow
-def test_greedy_matches_naive_reference(trained):
+def greedy_reference(trained):
+    """Texts, their ids, greedy settings and the naive greedy tokens."""
     texts = [SOURCES[i] for i in (3, 0, 57, 199)] + [""]
     src = tk.encode(trained.tokenizer, texts)
     assert len({len(row) for row in src}) >= 4  # different source lengths
@@ -177,14 +177,28 @@ def test_greedy_matches_naive_reference(trained):
     ended = [row for row in expected if row[-1] == tk.END_ID]
     assert len({len(row) for row in ended}) >= 2
     assert any(len(row) == limit for row in expected)
-    # One padded batch, several batches (a partial one with padding rows),
-    # and the raw-id entry point all agree with the unpadded reference.
-    greedy = dict(beam_size=1, max_output_length=limit)
+    return texts, src, dict(beam_size=1, max_output_length=limit), expected
+
+
+@pytest.mark.slow
+def test_greedy_matches_naive_reference(trained):
+    texts, src, greedy, expected = greedy_reference(trained)
+    # One padded batch and the raw-id entry point agree with the unpadded
+    # reference.
     assert trained.translate_ids(texts, **greedy) == expected
-    assert trained.translate_ids(texts, **greedy, batch_size=2) == expected
     assert [row[0][0] for row in trained.decode_ids(src, **greedy)] == expected
     assert trained.translate(texts, **greedy) == tk.decode(trained.tokenizer, expected)
-    # Without the cache: the same tokens.
+
+
+# Splitting into batches is the Translator's own NumPy, and the uncached
+# search is checked against the cached one on every backend in
+# test_decoding.py; each compiles a search of its own (10 s on TensorFlow).
+@pytest.mark.slow
+@pytest.mark.once
+def test_greedy_in_batches_and_uncached_matches_naive_reference(trained):
+    texts, _, greedy, expected = greedy_reference(trained)
+    # Several batches, a partial one with padding rows.
+    assert trained.translate_ids(texts, **greedy, batch_size=2) == expected
     assert trained.translate_ids(texts, **greedy, use_cache=False) == expected
 
 
