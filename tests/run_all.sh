@@ -9,8 +9,8 @@
 #    single-threaded Python; on 2 cores side by side takes about half the
 #    time of one after the other), passing any arguments through to pytest,
 # 4. prints each backend's output, its 15 slowest tests, one PASS/FAIL line per
-#    backend, and the line and branch coverage of keras_transformer/ and
-#    training/ over all backends together.
+#    backend (with its wall and CPU time), and the line and branch coverage
+#    of keras_transformer/ and training/ over all backends together.
 #
 # Tests marked `once` (backend-free code, whole-program tests) run in one
 # backend's run only, and the TensorFlow and JAX runs record coverage only for
@@ -81,6 +81,22 @@ fmt_duration() {
     printf '%dm%02ds' $((s / 60)) $((s % 60))
 }
 
+# children_cpu: sets $cpu_seconds to the user + system seconds of this
+# shell's finished child processes (and theirs), from bash's `times` (which
+# must run in this shell: a $(...) subshell has no children yet). On 2 cores
+# the suite is bound by CPU time more than by one backend's wall time: the
+# summary shows both.
+children_cpu() {
+    local file="$logs/times.$BASHPID"
+    times >"$file"
+    cpu_seconds=$(awk 'NR == 2 {
+        for (i = 1; i <= 2; i++) { split($i, t, "m"); sub("s", "", t[2]); s += 60 * t[1] + t[2] }
+        printf "%d\n", s
+    }' "$file")
+}
+logs="$(mktemp -d)"  # each backend's log, exit code, wall and CPU time
+trap 'rm -rf "$logs"' EXIT
+
 # --- 1. virtual environment ------------------------------------------------
 install_start=$SECONDS
 if [[ "$REUSE_VENV" == "1" && -x "$VENV/bin/python" ]]; then
@@ -130,17 +146,18 @@ for name in ("keras", "tensorflow", "jax", "torch", "keras-hub", "numpy"):
     except md.PackageNotFoundError:
         print(f"    {name}: not installed")
 EOF
-echo "==> install took $(fmt_duration $((SECONDS - install_start)))"
+children_cpu
+echo "==> install took $(fmt_duration $((SECONDS - install_start))) (CPU $(fmt_duration "$cpu_seconds"))"
 
 # --- 3. tests, once per backend -----------------------------------------------
-logs="$(mktemp -d)"
-trap 'rm -rf "$logs"' EXIT
 rm -f "$repo_root"/.coverage "$repo_root"/.coverage.*
 
 # run_backend BACKEND: pytest on one backend; its exit code and duration go to
 # $logs/BACKEND.rc and $logs/BACKEND.took.
 run_backend() {
-    local backend=$1 start=$SECONDS rc=0
+    local backend=$1 start=$SECONDS rc=0 cpu_seconds cpu_start
+    children_cpu
+    cpu_start=$cpu_seconds
     local -a cov=()
     if [[ "$COVERAGE" == "1" ]]; then
         cov=(--cov=keras_transformer --cov=training --cov-branch --cov-report=)
@@ -167,6 +184,8 @@ run_backend() {
         "${pytest_args[@]}" || rc=$?
     echo "$rc" >"$logs/$backend.rc"
     echo "$((SECONDS - start))" >"$logs/$backend.took"
+    children_cpu
+    echo "$((cpu_seconds - cpu_start))" >"$logs/$backend.cpu"
 }
 
 tests_start=$SECONDS
@@ -201,9 +220,13 @@ if [[ -z "${BACKENDS// /}" ]]; then
     exit 1
 fi
 failed=0
+tests_cpu=0
 for backend in $BACKENDS; do
     rc=$(cat "$logs/$backend.rc" 2>/dev/null || echo 99)
     took=$(fmt_duration "$(cat "$logs/$backend.took" 2>/dev/null || echo 0)")
+    cpu=$(cat "$logs/$backend.cpu" 2>/dev/null || echo 0)
+    tests_cpu=$((tests_cpu + cpu))
+    took="$took, CPU $(fmt_duration "$cpu")"
     if [[ $rc -eq 0 ]]; then
         echo "PASS  $backend  ($took)"
     else
@@ -215,7 +238,7 @@ for backend in $BACKENDS; do
         fi
     fi
 done
-echo "tests took $(fmt_duration $tests_took) in all (install: see above)"
+echo "tests took $(fmt_duration $tests_took) in all, CPU $(fmt_duration $tests_cpu) (install: see above)"
 
 if [[ "$COVERAGE" == "1" ]]; then
     echo
