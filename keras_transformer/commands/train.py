@@ -812,19 +812,24 @@ class _Progress(keras.callbacks.ProgbarLogger):
 # -- after training ---------------------------------------------------------------
 
 
+def _exact_match(translator, pairs, options):
+    """Share of ``pairs``' sources that ``translator`` translates exactly."""
+    sources, references = pairs
+    hypotheses = translator.translate(sources, batch_size=256, verbose=1, **options)
+    return float(np.mean([h == r for h, r in zip(hypotheses, references, strict=True)]))
+
+
 def _uniform_and_edge_numbers(translator, uniform, search):
     """Exact match on numbers drawn uniformly (nine in ten have six digits,
     where the test split has a third), and the edge numbers one by one."""
     results = {}
-    sources, references = uniform
-    if sources:
-        hypotheses = translator.translate(sources, batch_size=256, verbose=1, **search)
-        hits = [h == r for h, r in zip(hypotheses, references, strict=True)]
+    if uniform[0]:
         results.update(
-            exact_match_uniform=float(np.mean(hits)), uniform_sentences=len(hits)
+            exact_match_uniform=_exact_match(translator, uniform, search),
+            uniform_sentences=len(uniform[0]),
         )
         log(
-            f"exact match on {len(hits)} numbers drawn uniformly from "
+            f"exact match on {len(uniform[0])} numbers drawn uniformly from "
             f"0-{ktd.LIMIT - 1:,}, beam size {search['beam_size']}: "
             f"{results['exact_match_uniform']:.1%}"
         )
@@ -855,18 +860,16 @@ def report(path, data, trained, args):
         **search,
     }
     if args.task == "numbers":
-        sources, references = data["test"]
+        sources, _ = data["test"]
         # The configured search, then greedy search for comparison.
         runs = [("", search)]
         if args.beam_size > 1:
             runs.append(("_greedy", {"beam_size": 1}))
         for name, options in runs:
             start = time.monotonic()
-            hypotheses = translator.translate(
-                sources, batch_size=256, verbose=1, **options
+            results[f"exact_match{name}"] = _exact_match(
+                translator, data["test"], options
             )
-            hits = [h == r for h, r in zip(hypotheses, references, strict=True)]
-            results[f"exact_match{name}"] = float(np.mean(hits))
             results[f"decode_seconds{name}"] = round(time.monotonic() - start, 1)
             log(
                 f"exact match on the test split ({len(sources)} numbers), "
