@@ -1,5 +1,6 @@
 """training.train end to end: outputs, resume after kill -9, bad input, --out."""
 
+import contextlib
 import gzip
 import io
 import json
@@ -68,22 +69,48 @@ def stored_arrays(path):
     return names
 
 
+def data_parallel_runs():
+    """Whether this backend's end-to-end run trains with ``--data-parallel``:
+    on TensorFlow (MirroredStrategy) and on JAX when it has several devices
+    (``XLA_FLAGS=--xla_force_host_platform_device_count=4``, as
+    tests/run_all.sh sets). PyTorch refuses the flag."""
+    backend = keras.backend.backend()
+    if backend == "jax":
+        import jax
+
+        return jax.device_count() >= 2
+    return backend == "tensorflow"
+
+
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory):
-    """A finished two-epoch run on the number task: (out folder, results)."""
+    """A finished two-epoch run on the number task: (out folder, results,
+    what it printed).
+
+    The one end-to-end run of each backend's test run, shared by the tests
+    that need a trained run; with ``--data-parallel`` where the backend has
+    it, so that the same run checks that a data-parallel run writes
+    everything a plain one does (PyTorch's run, without it, checks the plain
+    path end to end)."""
     out = tmp_path_factory.mktemp("finished") / "run"
-    results = run(
-        out, "--epochs", "2", "--average-last", "2", "--checkpoint-steps", "3",
-        "--beam-size", "2", "--train-size", "150",
-    )  # fmt: skip
+    extra = ["--data-parallel"] if data_parallel_runs() else []
+    printed = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(printed):
+            results = run(
+                out, "--epochs", "2", "--average-last", "2", "--checkpoint-steps",
+                "3", "--beam-size", "2", "--train-size", "150", *extra,
+            )  # fmt: skip
+    finally:
+        keras.distribution.set_distribution(None)
     keras.config.set_dtype_policy("float32")
     keras.utils.clear_session()
-    return out, results
+    return out, results, printed.getvalue()
 
 
 @pytest.mark.slow
 def test_numbers_run_writes_everything(finished):
-    out, results = finished
+    out, results, _ = finished
     assert sorted(os.listdir(out)) == [
         "checkpoints", "logs", "results.json", "run.json", "tokenizer.model",
         "translator.keras",
@@ -364,23 +391,21 @@ def run_in_process(argv, out):
 
 
 @pytest.mark.slow
-def test_data_parallel(tmp_path, capsys):
+def test_data_parallel(request, tmp_path, capsys):
     argv = [*NUMBERS, *SMALL, "--epochs", "1", "--data-parallel"]
     if keras.backend.backend() == "torch":
         err = usage_error(capsys, [*argv, "--out", str(tmp_path / "run")])
         assert "torch backend" in err and "--data-parallel" in err
         assert not (tmp_path / "run").exists()  # refused before any write
         return
-    if keras.backend.backend() == "jax":
-        import jax
-
-        if jax.device_count() < 2:
-            pytest.skip("needs XLA_FLAGS=--xla_force_host_platform_device_count=4")
-    try:
-        run(tmp_path / "run", "--epochs", "1", "--data-parallel")
-    finally:
-        keras.distribution.set_distribution(None)
-    assert "data parallel:" in capsys.readouterr().out
+    if not data_parallel_runs():
+        pytest.skip("needs XLA_FLAGS=--xla_force_host_platform_device_count=4")
+    # The shared end-to-end run trained data-parallel (test_numbers_run_
+    # writes_everything checks what it wrote).
+    out, results, printed = request.getfixturevalue("finished")
+    assert "data parallel:" in printed
+    assert json.loads((out / "run.json").read_text())["settings"]["data_parallel"]
+    assert 0.0 <= results["exact_match"] <= 1.0
 
 
 @pytest.mark.once
