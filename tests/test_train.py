@@ -70,8 +70,8 @@ def stored_arrays(path):
 
 
 def data_parallel_runs():
-    """Whether this backend's end-to-end run trains with ``--data-parallel``:
-    on TensorFlow (MirroredStrategy) and on JAX when it has several devices
+    """Whether ``--data-parallel`` can run here: on TensorFlow
+    (MirroredStrategy), and on JAX with several devices
     (``XLA_FLAGS=--xla_force_host_platform_device_count=4``, as
     tests/run_all.sh sets). PyTorch refuses the flag."""
     backend = keras.backend.backend()
@@ -82,18 +82,23 @@ def data_parallel_runs():
     return backend == "tensorflow"
 
 
+# TensorFlow's one end-to-end run trains with --data-parallel, so that the
+# same run checks that a data-parallel run writes everything a plain one
+# does. JAX's shared run stays plain, as the README's main command trains,
+# and test_data_parallel trains a second one; PyTorch has no data parallel.
+SHARED_RUN_DATA_PARALLEL = keras.backend.backend() == "tensorflow"
+
+
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory):
     """A finished two-epoch run on the number task: (out folder, results,
     what it printed).
 
-    The one end-to-end run of each backend's test run, shared by the tests
-    that need a trained run; with ``--data-parallel`` where the backend has
-    it, so that the same run checks that a data-parallel run writes
-    everything a plain one does (PyTorch's run, without it, checks the plain
-    path end to end)."""
+    The end-to-end run of each backend's test run, shared by the tests that
+    need a trained run (``SHARED_RUN_DATA_PARALLEL``: with
+    ``--data-parallel`` on TensorFlow)."""
     out = tmp_path_factory.mktemp("finished") / "run"
-    extra = ["--data-parallel"] if data_parallel_runs() else []
+    extra = ["--data-parallel"] if SHARED_RUN_DATA_PARALLEL else []
     printed = io.StringIO()
     try:
         with contextlib.redirect_stdout(printed):
@@ -400,11 +405,19 @@ def test_data_parallel(request, tmp_path, capsys):
         return
     if not data_parallel_runs():
         pytest.skip("needs XLA_FLAGS=--xla_force_host_platform_device_count=4")
-    # The shared end-to-end run trained data-parallel (test_numbers_run_
-    # writes_everything checks what it wrote).
-    out, results, printed = request.getfixturevalue("finished")
+    if SHARED_RUN_DATA_PARALLEL:
+        # test_numbers_run_writes_everything checks what this run wrote.
+        out, results, printed = request.getfixturevalue("finished")
+    else:
+        out = tmp_path / "run"
+        try:
+            results = run(out, "--epochs", "1", "--data-parallel")
+        finally:
+            keras.distribution.set_distribution(None)
+        printed = capsys.readouterr().out
     assert "data parallel:" in printed
     assert json.loads((out / "run.json").read_text())["settings"]["data_parallel"]
+    assert (out / "translator.keras").is_file()
     assert 0.0 <= results["exact_match"] <= 1.0
 
 
