@@ -160,11 +160,11 @@ class _Block(keras.layers.Layer):
         """The output of a symbolic call (a functional graph's): a tensor
         shaped like the first input, in the compute dtype.
 
-        Keras' default traces ``call`` on placeholders: about 70 % of the time
-        ``build_model`` takes (on TensorFlow 0.5 s of 0.7 s for one layer
-        each side), and the model is built again by ``load_model`` and by
-        every copy. Calls that also return attention weights or a cache are
-        traced as before.
+        Keras' default traces ``call`` on placeholders: most of the time
+        ``build_model`` takes (on TensorFlow 0.5 s of 0.66 s for a small model
+        of one layer each side), and the model is built again by
+        ``load_model`` and by every copy. Calls that also return attention
+        weights or a cache are traced as before.
         """
         signature = inspect.signature(self.call)
         given = signature.bind(*args, **kwargs).arguments
