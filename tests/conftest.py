@@ -163,7 +163,7 @@ def _graph_optimizer(request):
     """``KT_TF_GRAPPLER=0``: TensorFlow's functions run without Grappler.
 
     The suite's graphs are tiny and each runs a few times, so rewriting them
-    costs more than it saves (about 15 % of the TensorFlow run); XLA's
+    costs more than it saves (an eighth of ``test_decoding.py``'s time); XLA's
     cheapest code generation for JAX (``XLA_FLAGS`` in tests/run_all.sh) is
     the same trade. The values, shapes and files the other tests check do
     not depend on it.

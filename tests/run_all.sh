@@ -36,7 +36,7 @@
 #                      virtual CPU devices for JAX) and XLA's cheapest code
 #                      generation, only if not already set
 #   KT_TF_GRAPPLER=1   keep TensorFlow's graph optimizer on in every test
-#                      (default 0: off but in the end-to-end tests)
+#                      (default 0: off but in the end-to-end and fault tests)
 set -euo pipefail
 
 script_dir="$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd)"
@@ -71,8 +71,8 @@ if [[ -z "${XLA_FLAGS+x}" ]]; then
     # running (about 15 % of the JAX run's time).
     export XLA_FLAGS="--xla_force_host_platform_device_count=4 --xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
 fi
-# TensorFlow's functions without Grappler, except in the end-to-end tests
-# (see tests/conftest.py: the same trade as XLA's flags above).
+# TensorFlow's functions without Grappler, except in the end-to-end and fault
+# tests (see tests/conftest.py: the same trade as XLA's flags above).
 export KT_TF_GRAPPLER="${KT_TF_GRAPPLER:-0}"
 export TF_CPP_MIN_LOG_LEVEL=2
 unset PYTHONDONTWRITEBYTECODE  # see the install below
