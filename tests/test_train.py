@@ -69,19 +69,6 @@ def stored_arrays(path):
     return names
 
 
-def data_parallel_runs():
-    """Whether ``--data-parallel`` can run here: on TensorFlow
-    (MirroredStrategy), and on JAX with several devices
-    (``XLA_FLAGS=--xla_force_host_platform_device_count=4``, as
-    tests/run_all.sh sets). PyTorch refuses the flag."""
-    backend = keras.backend.backend()
-    if backend == "jax":
-        import jax
-
-        return jax.device_count() >= 2
-    return backend == "tensorflow"
-
-
 # TensorFlow's one end-to-end run trains with --data-parallel, so that the
 # same run checks that a data-parallel run writes everything a plain one
 # does. JAX's shared run stays plain, as the README's main command trains,
@@ -403,8 +390,11 @@ def test_data_parallel(request, tmp_path, capsys):
         assert "torch backend" in err and "--data-parallel" in err
         assert not (tmp_path / "run").exists()  # refused before any write
         return
-    if not data_parallel_runs():
-        pytest.skip("needs XLA_FLAGS=--xla_force_host_platform_device_count=4")
+    if keras.backend.backend() == "jax":
+        import jax
+
+        if jax.device_count() < 2:
+            pytest.skip("needs XLA_FLAGS=--xla_force_host_platform_device_count=4")
     if SHARED_RUN_DATA_PARALLEL:
         # test_numbers_run_writes_everything checks what this run wrote.
         out, results, printed = request.getfixturevalue("finished")
