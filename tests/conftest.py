@@ -13,6 +13,9 @@ The suite runs once per backend (KERAS_BACKEND). Two markers shape a run:
   ``KT_SUITE_BACKENDS``, runs every test.
 * ``slow``: left out of the quick loop (``tests/run_all.sh --quick``, which is
   ``-m "not slow"``).
+* ``early(backend, ...)``: a long test that the named backends' runs start
+  with. The backends run side by side on two cores; a minutes-long test last
+  in a run would run alone on one core while the other idles.
 
 Coverage (``tests/run_all.sh`` without ``--quick``): the run that collects the
 ``once`` tests by default records coverage for every test, and every run
@@ -42,6 +45,9 @@ def pytest_configure(config):
         "markers",
         "once(backend=None): run in one backend's run of tests/run_all.sh only",
     )
+    config.addinivalue_line(
+        "markers", "early(*backends): run first in these backends' runs"
+    )
 
 
 def _suite_backends():
@@ -57,6 +63,9 @@ def once_home(marker, suite):
 
 
 def pytest_collection_modifyitems(config, items):
+    early = [item for item in items if _starts_early(item)]
+    if early:
+        items[:] = early + [item for item in items if not _starts_early(item)]
     suite = _suite_backends()
     if not suite:
         return
@@ -70,6 +79,11 @@ def pytest_collection_modifyitems(config, items):
     if elsewhere:
         config.hook.pytest_deselected(items=elsewhere)
         items[:] = keep
+
+
+def _starts_early(item):
+    marker = item.get_closest_marker("early")
+    return marker is not None and BACKEND in marker.args
 
 
 # Where the TensorFlow and JAX runs record coverage: the test files (or

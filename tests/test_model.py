@@ -350,6 +350,7 @@ def test_mixed_precision_training_and_padding_rows_are_finite(policy):
 
 
 @pytest.mark.slow
+@pytest.mark.early("torch")  # minutes of torch.compile: not last in the run
 @(pytest.mark.no_cover if BACKEND == "torch" else lambda test: test)
 def test_compiled_training_under_mixed_bfloat16():
     """``jit_compile=True`` trains under ``mixed_bfloat16`` on every backend:
