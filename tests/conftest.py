@@ -1,6 +1,6 @@
-"""Shared fixtures and the suite's two markers.
+"""Shared fixtures and the suite's three markers.
 
-The suite runs once per backend (KERAS_BACKEND). Two markers shape a run:
+The suite runs once per backend (KERAS_BACKEND). Three markers shape a run:
 
 * ``once``: the test's outcome cannot depend on the backend (corpus reading,
   the number task, argument checking, notebooks' files), or it is a
@@ -63,9 +63,7 @@ def once_home(marker, suite):
 
 
 def pytest_collection_modifyitems(config, items):
-    early = [item for item in items if _starts_early(item)]
-    if early:
-        items[:] = early + [item for item in items if not _starts_early(item)]
+    items.sort(key=lambda item: not _starts_early(item))  # stable: order kept
     suite = _suite_backends()
     if not suite:
         return
