@@ -24,6 +24,28 @@ from keras_transformer import backend
 _deferred = None
 
 
+# True while a compiled PyTorch step runs on a batch the host has just checked
+# (``_fault_safe.checked_torch_step``): each value check inside would leave
+# the compiled graph to read the values back (a graph break per check).
+_checked_on_host = False
+
+
+@contextlib.contextmanager
+def checked_on_host():
+    """Leave the value checks out while the block runs: the batch it computes
+    on was checked on the host already."""
+    global _checked_on_host
+    outer, _checked_on_host = _checked_on_host, True
+    try:
+        yield
+    finally:
+        _checked_on_host = outer
+
+
+def batch_checked_on_host():
+    return _checked_on_host
+
+
 @contextlib.contextmanager
 def deferred_value_errors():
     """Raise failed JAX in-graph checks as ``ValueError`` after the block ends.
@@ -68,6 +90,8 @@ def check_range(x, low, high, message, output=None):
     value = backend.concrete_value(x)
     if value is not None:
         _check_values(value, low, high, message)
+        return output
+    if _checked_on_host:
         return output
     return backend.check_in_graph(x, low, high, message, output, _fail)
 

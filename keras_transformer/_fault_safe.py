@@ -80,6 +80,49 @@ def checked_step(model, step_function):
     return step
 
 
+def checked_torch_step(model, kind, compiled):
+    """The ``torch.compile``d step ``compiled`` (Keras' ``train_function``,
+    ``test_function`` or ``predict_function``, as named by ``kind``) with its
+    batch checked on the host first, then handed over as tensors.
+
+    Inside the compiled step every value check (token ids in range, a
+    sequence not empty or too long) reads values back to the host: a graph
+    break each, and NumPy batches traced through Dynamo's NumPy support
+    break it more. Checked here once per batch, the step runs with no checks
+    inside (``_checks.checked_on_host``); what the checks catch and the
+    message they raise are the same.
+    """
+    import torch
+
+    from keras_transformer import _checks
+
+    if kind == "train_function":
+        # Keras compiles a wrapper that calls `train_step`; Dynamo traces the
+        # step again for every frame above its graph break at
+        # `loss.backward()`. Compiled itself, the step is traced twice (to
+        # find the break, then to stop there), not three times.
+        step_function = torch.compile(model.train_step)
+    else:
+
+        def step_function(batch):
+            return compiled([batch])
+
+    def step(data):
+        (batch,) = data  # one batch per call: PyTorch's steps_per_execution is 1
+        model._check_batch(batch)
+        batch = keras.tree.map_structure(_as_tensor, batch)
+        with _checks.checked_on_host():
+            return step_function(batch)
+
+    return step
+
+
+def _as_tensor(value):
+    if isinstance(value, np.ndarray):
+        return keras.ops.convert_to_tensor(value)
+    return value
+
+
 def _usable(value):
     if value is None:
         return False

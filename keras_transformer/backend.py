@@ -157,6 +157,20 @@ def fused_attention_fails(dtype, d_k, d_v):
     return jax.default_backend() == "cpu"
 
 
+def flash_attention_flag():
+    """The ``flash_attention`` argument for ``keras.ops.dot_product_attention``.
+
+    ``None`` lets Keras probe whether a flash kernel applies. On PyTorch
+    (Keras 3.15) the probe builds a ``torch.backends.cuda.SDPAParams``, a
+    C++ object that ``torch.compile`` cannot trace: a graph break in every
+    attention of a compiled step (26 in a one-layer model's first training
+    step). ``False`` skips the probe and calls
+    ``torch.nn.functional.scaled_dot_product_attention`` unrestricted, which
+    picks the flash kernel by itself where one applies (CUDA).
+    """
+    return False if name() == "torch" else None
+
+
 # -- decoding loops -----------------------------------------------------------
 
 

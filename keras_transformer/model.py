@@ -444,19 +444,26 @@ class Transformer(keras.Model):
             checks.append(checked_y)
         return checks
 
-    def train_step(self, *args, **kwargs):
-        with _fault_safe.checked_tf_step(self, args[-1]):
-            return super().train_step(*args, **kwargs)
+    if keras.backend.backend() == "tensorflow":
+        # TensorFlow only (Keras picks the trainer for the backend at import):
+        # on PyTorch, torch.compile would trace one more frame of Python for
+        # every frame between its entry and the graph break at
+        # `loss.backward()`, and cannot break a graph inside a `with` at all.
 
-    def test_step(self, *args, **kwargs):
-        with _fault_safe.checked_tf_step(self, args[-1]):
-            return super().test_step(*args, **kwargs)
+        def train_step(self, *args, **kwargs):
+            with _fault_safe.checked_tf_step(self, args[-1]):
+                return super().train_step(*args, **kwargs)
+
+        def test_step(self, *args, **kwargs):
+            with _fault_safe.checked_tf_step(self, args[-1]):
+                return super().test_step(*args, **kwargs)
 
     # -- every trainer call leaves the weights intact when it fails ----------
 
     def __call__(self, inputs, *args, **kwargs):
         inputs = _arrays_from_lists(inputs)
-        self.validate_inputs(inputs)
+        if not _checks.batch_checked_on_host():
+            self.validate_inputs(inputs)
         return super().__call__(inputs, *args, **kwargs)
 
     def fit(self, x=None, y=None, *args, **kwargs):
@@ -542,6 +549,32 @@ class Transformer(keras.Model):
         if keras.backend.backend() == "jax":
             step_function = _fault_safe.checked_step(self, step_function)
         return super()._make_function(step_function, *args, **kwargs)
+
+    # PyTorch trainer hooks (Keras 3.15): see _fault_safe.checked_torch_step.
+
+    def make_train_function(self, force=False):
+        return self._checked_torch_function("train_function", force)
+
+    def make_test_function(self, force=False):
+        return self._checked_torch_function("test_function", force)
+
+    def make_predict_function(self, force=False):
+        return self._checked_torch_function("predict_function", force)
+
+    def _checked_torch_function(self, attribute, force):
+        before = getattr(self, attribute)
+        made = getattr(super(), f"make_{attribute}")(force)
+        function = getattr(self, attribute)
+        if (
+            keras.backend.backend() == "torch"
+            and function is not None
+            and function is not before
+            and self._should_torch_compile()
+        ):
+            function = _fault_safe.checked_torch_step(self, attribute, function)
+            setattr(self, attribute, function)
+            return function
+        return made
 
 
 def _check_container(x):

@@ -211,7 +211,13 @@ class ScaledDotProductAttention(keras.layers.Layer):
             )
         ):
             return ops.dot_product_attention(
-                query, key, value, mask=mask, scale=scale, is_causal=fused_causal
+                query,
+                key,
+                value,
+                mask=mask,
+                scale=scale,
+                is_causal=fused_causal,
+                flash_attention=backend.flash_attention_flag(),
             )
 
         if fused_causal:

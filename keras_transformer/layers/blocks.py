@@ -98,7 +98,11 @@ class _Block(keras.layers.Layer):
         ``__call__`` would add nothing here: the block's own ``__call__`` has
         resolved ``training`` and the masks, the input is in the compute
         dtype, the sub-layer was built with the block, and its ``Dense``
-        layers cast their own variables.
+        layers cast their own variables. (Since the model's compiled steps
+        run the forward pass as one graph, with no break inside a layer,
+        Dynamo no longer recompiles ``__call__`` there and the crash is not
+        reached even without this; compiled code that breaks its graph in a
+        layer still can.)
         """
         return self.self_attention.call(
             x, x, query_mask=mask, value_mask=mask, **kwargs
