@@ -899,6 +899,65 @@ def test_predict_on_streamed_out_of_range_ids_fails_under_jit_compile(fresh_mode
             fresh_model.predict(_Batches([good, bad]), verbose=0)
 
 
+@pytest.mark.skipif(BACKEND != "torch", reason="PyTorch's compiled steps")
+def test_compiled_torch_steps_check_each_batch_on_the_host(monkeypatch):
+    """Under ``jit_compile=True`` on PyTorch the model checks each batch on
+    the host and runs the step with the checks left out of its graph
+    (``_fault_safe.checked_torch_step``). ``torch.compile`` is the identity
+    here, so that the steps run eagerly in milliseconds: this tests that
+    wrapper (the same training as an uncompiled model, each bad batch
+    refused before any update with the eager message), not Dynamo, which
+    ``test_compiled_training_under_mixed_bfloat16`` runs."""
+    import torch
+
+    from keras_transformer import _checks
+
+    monkeypatch.setattr(torch, "compile", lambda function: function)
+    flags = []
+    call = Transformer.__call__
+
+    def spy(self, *args, **kwargs):
+        if kwargs.get("training"):  # a training step (not Keras' spec probes)
+            flags.append(_checks.batch_checked_on_host())
+        return call(self, *args, **kwargs)
+
+    monkeypatch.setattr(Transformer, "__call__", spy)
+    x, y = seq2seq_batch(np.random.default_rng(12), batch=4)
+    models = {}
+    for jit_compile in (False, True):
+        keras.utils.set_random_seed(46)
+        model = small_model(num_layers=1)
+        model.compile(
+            optimizer=keras.optimizers.Adam(1e-2),
+            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+            jit_compile=jit_compile,
+        )
+        flags.clear()
+        model.fit(_Batches([(x, y)] * 2), epochs=1, shuffle=False, verbose=0)
+        models[jit_compile] = model, list(flags)
+    (eager, eager_flags), (compiled, compiled_flags) = models[False], models[True]
+    assert eager_flags == [False, False]
+    assert compiled_flags == [True, True]  # no check inside the step
+    for a, b in zip(eager.trainable_weights, compiled.trainable_weights, strict=True):
+        np.testing.assert_allclose(to_np(a), to_np(b), atol=1e-6, rtol=0)
+    np.testing.assert_allclose(
+        compiled.predict(x, verbose=0), eager.predict(x, verbose=0), atol=1e-6
+    )
+
+    _, bad = _streams()
+    trained = [to_np(w) for w in compiled.trainable_weights]
+    for call_with_bad_batch in (
+        lambda: compiled.fit(_Batches([(bad, y)]), epochs=1, verbose=0),
+        lambda: compiled.evaluate(_Batches([(bad, y)]), verbose=0),
+        lambda: compiled.predict(_Batches([bad]), verbose=0),
+    ):
+        with pytest.raises(ValueError, match=BAD_ID_ERROR):
+            call_with_bad_batch()
+    assert int(to_np(compiled.optimizer.iterations)) == 2
+    for w, t in zip(compiled.trainable_weights, trained, strict=True):
+        np.testing.assert_array_equal(to_np(w), t)
+
+
 # ---------------------------------------------------------------------------
 # 9. Construction errors
 # ---------------------------------------------------------------------------
