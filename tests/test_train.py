@@ -198,7 +198,20 @@ def test_out_with_foreign_files_or_other_settings_is_refused(tmp_path, capsys):
     err = usage_error(
         capsys, [*NUMBERS, *SMALL, "--out", str(out), "--label-smoothing", "0.2"]
     )
-    assert "other settings" in err and "label_smoothing" in err
+    assert "other settings" in err and "label_smoothing: 0.1 there, 0.2 now" in err
+
+
+@pytest.mark.once
+def test_learning_rate_scale_defaults_per_task_and_is_checked(tmp_path, capsys):
+    numbers = train.parse_args([*NUMBERS, "--out", str(tmp_path / "a")])
+    assert numbers.lr_scale == 0.5  # #16: half the paper's rate on numbers
+    data = ["--data", str(tmp_path), "--source", "de", "--target", "en"]
+    assert train.parse_args([*data, "--out", str(tmp_path / "b")]).lr_scale == 1.0
+    given = [*NUMBERS, "--lr-scale", "2", "--out", str(tmp_path / "c")]
+    assert train.parse_args(given).lr_scale == 2.0
+    for bad in ("0", "-1", "nan"):
+        err = usage_error(capsys, [*NUMBERS, "--lr-scale", bad, "--out", "x"])
+        assert "--lr-scale must be > 0" in err
 
 
 def write_corpus(folder, pairs, suffix=""):
