@@ -169,7 +169,7 @@ def test_jax_close_restores_previous_distribution():
 # before TensorFlow initialises, and stay so for the whole process.
 TF_SCRIPT = textwrap.dedent(
     """
-    import contextlib, json, sys
+    import contextlib, json, os, sys
 
     import tensorflow as tf
 
@@ -177,6 +177,8 @@ TF_SCRIPT = textwrap.dedent(
     tf.config.set_logical_device_configuration(
         cpu, [tf.config.LogicalDeviceConfiguration()] * 2
     )
+    if os.environ.get("KT_TF_GRAPPLER") == "0":  # as tests/conftest.py does
+        tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
 
     import keras_transformer as kt
     from tests.test_distribute import (

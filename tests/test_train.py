@@ -69,11 +69,22 @@ def stored_arrays(path):
     return names
 
 
-# TensorFlow's one end-to-end run trains with --data-parallel, so that the
-# same run checks that a data-parallel run writes everything a plain one
-# does. JAX's shared run stays plain, as the README's main command trains,
-# and test_data_parallel trains a second one; PyTorch has no data parallel.
-SHARED_RUN_DATA_PARALLEL = keras.backend.backend() == "tensorflow"
+def _shared_run_data_parallel():
+    """TensorFlow's and JAX's one end-to-end run each trains with
+    --data-parallel (JAX: when it has several devices, as tests/run_all.sh
+    gives it), so that the same run checks that a data-parallel run writes
+    everything a plain one does, and test_data_parallel needs no run of its
+    own. The plain path is PyTorch's shared run and the resume test's, and on
+    JAX the README's main command itself, which test_install.py runs as
+    ``kt-train``. PyTorch has no data parallel."""
+    if keras.backend.backend() == "jax":
+        import jax
+
+        return jax.device_count() > 1
+    return keras.backend.backend() == "tensorflow"
+
+
+SHARED_RUN_DATA_PARALLEL = _shared_run_data_parallel()
 
 
 @pytest.fixture(scope="module")
