@@ -344,8 +344,9 @@ def _latest_position(folder):
 @pytest.mark.slow
 @pytest.mark.once
 def test_resume_after_kill_continues_from_last_checkpoint(tmp_path, capsys):
-    argv = [*NUMBERS, *SMALL, "--train-size", "200", "--batch-tokens", "128"]
-    argv += ["--dropout", "0", "--epochs", "2", "--checkpoint-steps", "1"]
+    argv = [*NUMBERS, *SMALL, "--train-size", "100", "--batch-tokens", "128"]
+    argv += ["--test-size", "8", "--uniform-size", "0", "--dropout", "0"]
+    argv += ["--epochs", "2", "--checkpoint-steps", "1"]
     # The same run, uninterrupted, for reference.
     reference = run_in_process(argv, tmp_path / "reference")
     epoch_length = (
