@@ -133,7 +133,10 @@ def parse_args(argv=None):
     parser.add_argument(
         "--lr-scale",
         type=float,
-        help="times the paper's learning rate (default 0.5 for --task, 1.0 for --data)",
+        help="times the paper's learning rate (default {} for --task, {} for "
+        "--data)".format(
+            TASK_DEFAULTS["numbers"]["lr_scale"], TASK_DEFAULTS["data"]["lr_scale"]
+        ),
     )
     parser.add_argument("--label-smoothing", type=float, default=0.1)
     parser.add_argument(
