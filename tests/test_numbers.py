@@ -266,7 +266,11 @@ def test_default_split_sizes_disjoint_and_core_in_training():
         "uniform": 2_000,
     }
     sets = {k: set(v.tolist()) for k, v in numbers.items()}
-    assert sum(map(len, sets.values())) == 54_000  # no repeats within a split
+    # No repeats within a split but 0-101 in training, 21 times each.
+    counts = np.bincount(numbers["train"])
+    assert counts[:102].tolist() == [21] * 102
+    assert counts[102:].max() == 1
+    assert sum(map(len, sets.values())) == 54_000 - 20 * 102
     assert not sets["train"] & sets["validation"]
     assert not sets["train"] & sets["test"]
     assert not sets["validation"] & sets["test"]
@@ -287,8 +291,37 @@ def test_default_split_sizes_disjoint_and_core_in_training():
         - sets["test"]
     )
     assert digits[4] == 9000 - 666 - four_digit_uniform
-    assert digits[5] == (49_000 - digits[4]) // 2  # the smaller stratum first
-    assert digits[6] == 49_000 - digits[4] - digits[5]
+    beyond = 49_000 - 20 * 102  # the rounds of 0-101 take their place
+    assert digits[5] == (beyond - digits[4]) // 2  # the smaller stratum first
+    assert digits[6] == beyond - digits[4] - digits[5]
+
+
+@pytest.mark.parametrize(
+    "train_size, rounds",
+    [(50_000, 20), (1000 + 2 * 102 * 3 + 203, 3), (1203, 0)],
+)
+def test_short_numbers_repeat_in_at_most_half_the_room(train_size, rounds):
+    numbers = sample_numbers(
+        seed=1, train_size=train_size, val_size=10, test_size=10, uniform_size=0
+    )
+    train = numbers["train"]
+    assert len(train) == train_size
+    counts = np.bincount(train)
+    assert (counts[:102] == rounds + 1).all()
+    assert (counts[102:1000] == 1).all() and (counts[1000:] <= 1).all()
+    assert len(set(train.tolist())) == train_size - rounds * 102
+    # Evaluation is drawn before training: the rounds do not move it.
+    without = sample_numbers(
+        seed=1,
+        train_size=train_size,
+        val_size=10,
+        test_size=10,
+        uniform_size=0,
+        short_repeats=0,
+    )
+    for split in ("validation", "test"):
+        np.testing.assert_array_equal(numbers[split], without[split])
+    assert len(set(without["train"].tolist())) == train_size  # no repeats at all
 
 
 def test_make_splits_pairs_and_determinism():
@@ -331,8 +364,8 @@ def test_small_training_set_takes_part_of_the_core():
 
 def test_make_splits_spells_each_number_once(monkeypatch):
     """The work of ``make_splits`` is one English and one German spelling per
-    number drawn (54,000 by default; about 0.2 s on an idle machine). Counted
-    rather than timed: the suite asserts no timings."""
+    distinct number drawn (under 54,000 by default; about 0.2 s on an idle
+    machine). Counted rather than timed: the suite asserts no timings."""
     from keras_transformer.data import numbers as module
 
     calls = {"english": 0, "german": 0}
@@ -348,7 +381,9 @@ def test_make_splits_spells_each_number_once(monkeypatch):
     monkeypatch.setattr(module, "german", counting("german", module.german))
     splits = module.make_splits(seed=1)
     assert sum(len(sources) for sources, _ in splits.values()) == 54_000
-    assert calls == {"english": 54_000, "german": 54_000}
+    distinct = set().union(*(v.tolist() for v in sample_numbers(seed=1).values()))
+    assert len(distinct) < 54_000 - 20 * 102  # repeats, and splits that overlap
+    assert calls == {"english": len(distinct), "german": len(distinct)}
 
 
 @pytest.mark.parametrize(
@@ -361,6 +396,9 @@ def test_make_splits_spells_each_number_once(monkeypatch):
         (dict(uniform_size=-1), ValueError),
         (dict(uniform_size=True), TypeError),
         (dict(uniform_size=1_000_001), ValueError),
+        (dict(short_repeats=-1), ValueError),
+        (dict(short_repeats=2.0), ValueError),
+        (dict(short_repeats=True), ValueError),
     ],
 )
 def test_bad_sizes_raise(kwargs, error):
@@ -371,13 +409,20 @@ def test_bad_sizes_raise(kwargs, error):
 @pytest.mark.slow
 def test_largest_possible_splits_cover_the_range():
     numbers = sample_numbers(
-        seed=0, train_size=998_000, val_size=1000, test_size=1000, uniform_size=0
+        seed=0,
+        train_size=998_000,
+        val_size=1000,
+        test_size=1000,
+        uniform_size=0,
+        short_repeats=0,
     )
     together = np.concatenate(list(numbers.values()))
     np.testing.assert_array_equal(np.sort(together), np.arange(1_000_000))
     # With a uniform split besides, training has that much less room.
     with pytest.raises(ValueError, match="uniformly drawn"):
-        sample_numbers(seed=0, train_size=998_000, val_size=1000, test_size=1000)
+        sample_numbers(
+            seed=0, train_size=998_000, val_size=1000, test_size=1000, short_repeats=0
+        )
 
 
 def test_uniform_split_is_uniform_and_leaves_the_others_alone():

@@ -135,6 +135,35 @@ def test_bad_arguments():
         tk.train_tokenizer(TEXTS, 50, model_type="wordpiece")
     with pytest.raises(ValueError, match="no non-empty"):
         tk.train_tokenizer(["", ""], 50)
+    with pytest.raises(TypeError, match="not one string"):
+        tk.train_tokenizer(TEXTS, 50, user_defined_symbols="null")
+    for symbols in ([""], ["a b"]):
+        with pytest.raises(ValueError, match="without spaces"):
+            tk.train_tokenizer(TEXTS, 50, user_defined_symbols=symbols)
+
+
+@pytest.mark.once
+def test_user_defined_symbols_are_whole_pieces():
+    """Rare words as one piece each: without them a small vocabulary spells
+    "null" (once in the texts) letter by letter."""
+    import sentencepiece as spm
+
+    def pieces(proto, text):
+        processor = spm.SentencePieceProcessor(model_proto=proto)
+        return processor.encode(text, out_type=str)
+
+    texts = TEXTS + ["zero", "null"]
+    plain = tk.train_tokenizer(texts, VOCAB_SIZE)
+    assert pieces(plain, "null") == ["▁", "n", "u", "l", "l"]
+    whole = tk.train_tokenizer(texts, VOCAB_SIZE, user_defined_symbols=["zero", "null"])
+    assert pieces(whole, "null") == ["▁", "null"]
+    assert pieces(whole, "zero") == ["▁", "zero"]
+    # Counted in the vocabulary, after the reserved ids; the round trip holds.
+    tokenizer = tk.make_tokenizer(whole)
+    assert tokenizer.vocabulary_size() <= VOCAB_SIZE
+    assert tokenizer.token_to_id("null") > tk.UNK_ID
+    ids = tk.encode(tokenizer, ["null", "zero", "einhundertnull"])
+    assert tk.decode(tokenizer, ids) == ["null", "zero", "einhundertnull"]
 
 
 @pytest.mark.once

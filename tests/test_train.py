@@ -133,6 +133,15 @@ def test_numbers_run_writes_everything(finished):
     assert saved["uniform_sentences"] == 12
     assert 0.0 <= saved["exact_match_uniform"] <= 1.0
     assert saved["edge_numbers"] == 8 and 0 <= saved["edge_numbers_right"] <= 8
+    # The numbers task's tokenizer keeps "zero" and "null" whole (#16).
+    import sentencepiece as spm
+
+    pieces = spm.SentencePieceProcessor(model_file=str(out / "tokenizer.model"))
+    assert [pieces.encode(w, out_type=str) for w in ("zero", "null")] == [
+        ["▁", "zero"],
+        ["▁", "null"],
+    ]
+    assert run_info["settings"]["short_repeats"] == 20
     # TensorBoard event files for training and validation.
     logs = [str(p) for p in (out / "logs").rglob("events.out.tfevents.*")]
     assert any("train" in p for p in logs) and any("validation" in p for p in logs)
@@ -223,6 +232,24 @@ def test_learning_rate_scale_defaults_per_task_and_is_checked(tmp_path, capsys):
     for bad in ("0", "-1", "nan"):
         err = usage_error(capsys, [*NUMBERS, "--lr-scale", bad, "--out", "x"])
         assert "--lr-scale must be > 0" in err
+
+
+@pytest.mark.once
+def test_short_repeats_default_is_a_setting_and_is_checked(tmp_path, capsys):
+    argv = [*NUMBERS, "--out", str(tmp_path / "a")]
+    assert train.parse_args(argv).short_repeats == 20  # #16: 0-101 more often
+    assert train.parse_args([*argv, "--short-repeats", "0"]).short_repeats == 0
+    err = usage_error(capsys, [*argv, "--short-repeats", "-1"])
+    assert "--short-repeats must be >= 0" in err
+    # A run from before the option (no short_repeats in its run.json) was
+    # trained on other numbers: resuming it is refused, naming the option.
+    out = tmp_path / "run"
+    out.mkdir()
+    before = train.settings(train.parse_args([*NUMBERS, "--out", str(out)]))
+    del before["short_repeats"]
+    (out / "run.json").write_text(json.dumps({"status": "running", "settings": before}))
+    err = usage_error(capsys, [*NUMBERS, "--out", str(out)])
+    assert "short_repeats: None there, 20 now" in err
 
 
 def write_corpus(folder, pairs, suffix=""):

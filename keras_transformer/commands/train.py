@@ -196,6 +196,12 @@ def _add_split_sizes(parser):
         default=2000,
         help="numbers task: numbers drawn uniformly for the report (not trained on)",
     )
+    parser.add_argument(
+        "--short-repeats",
+        type=int,
+        default=ktd.SHORT_REPEATS,
+        help="numbers task: extra rounds of 0-101 in training (default: %(default)s)",
+    )
 
 
 def _check_args(parser, args):
@@ -217,8 +223,9 @@ def _check_args(parser, args):
     ):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1")
-    if args.uniform_size < 0:
-        parser.error("--uniform-size must be >= 0")
+    for name in ("uniform_size", "short_repeats"):
+        if getattr(args, name) < 0:
+            parser.error(f"--{name.replace('_', '-')} must be >= 0")
     if args.vocab_size <= ktd.UNK_ID + 1:
         parser.error(
             f"--vocab-size must be > {ktd.UNK_ID + 1}, the reserved ids "
@@ -290,7 +297,12 @@ def load_data(args):
     """
     if args.task == "numbers":
         return ktd.make_splits(
-            args.seed, args.train_size, args.val_size, args.test_size, args.uniform_size
+            args.seed,
+            args.train_size,
+            args.val_size,
+            args.test_size,
+            args.uniform_size,
+            args.short_repeats,
         )
     try:
         splits = {}
@@ -757,15 +769,23 @@ def _average(args, model, ckpt_dir):
 def _train_tokenizer(args, texts):
     try:
         return ktd.train_tokenizer(
-            texts, args.vocab_size, model_type=args.tokenizer, seed=args.seed
+            texts,
+            args.vocab_size,
+            model_type=args.tokenizer,
+            seed=args.seed,
+            # The numbers task's rare words as whole pieces (see WHOLE_WORDS).
+            user_defined_symbols=ktd.WHOLE_WORDS if args.task else (),
         )
     except RuntimeError as error:  # SentencePiece's checks
         message = " ".join(str(error).split())
         needed = re.search(r"required_chars\. \d+ vs (\d+)", message)
         if needed:
+            pieces = "the reserved ids"
+            if args.task:
+                pieces += " and the pieces " + " and ".join(ktd.WHOLE_WORDS)
             raise UsageError(
                 f"--vocab-size {args.vocab_size} is too small for this text: "
-                f"its characters and the reserved ids need {needed.group(1)}."
+                f"its characters, {pieces} need {needed.group(1)}."
             ) from None
         raise UsageError(
             f"--vocab-size {args.vocab_size}: SentencePiece cannot train a "

@@ -35,6 +35,7 @@ def train_tokenizer(
     seed=0,
     normalization="nmt_nfkc",
     num_threads=1,
+    user_defined_symbols=(),
 ):
     """Train a SentencePiece model in memory and return it serialised.
 
@@ -64,6 +65,10 @@ def train_tokenizer(
         num_threads: trainer threads. Unigram training gives (slightly)
             different vocabularies with different thread counts, so the
             default of 1 keeps results the same on every machine.
+        user_defined_symbols: strings that are always one piece each
+            wherever they occur (SentencePiece's option of that name), such
+            as rare words the vocabulary would otherwise spell letter by
+            letter. They count towards ``vocab_size``.
 
     Returns:
         bytes: the serialised ``ModelProto``, ready for ``make_tokenizer``.
@@ -79,6 +84,17 @@ def train_tokenizer(
     texts = _checked_training_arguments(
         texts, vocab_size, model_type, character_coverage
     )
+    if isinstance(user_defined_symbols, (str, bytes)):
+        raise TypeError(
+            "user_defined_symbols must be a list of strings, not one string. "
+            f"Received: {user_defined_symbols!r}"
+        )
+    symbols = [str(symbol) for symbol in user_defined_symbols]
+    if not all(symbols) or any(" " in s or "\t" in s for s in symbols):
+        raise ValueError(
+            "user_defined_symbols must be non-empty strings without spaces. "
+            f"Received: {user_defined_symbols!r}"
+        )
 
     special = {}
     for kind, (piece_id, piece) in _SPECIAL_PIECES.items():
@@ -97,6 +113,7 @@ def train_tokenizer(
         # of failing.
         hard_vocab_limit=False,
         num_threads=int(num_threads),
+        user_defined_symbols=symbols,
         minloglevel=2,  # the trainer logs every step to stderr otherwise
         **special,
     )
