@@ -166,7 +166,15 @@ def _equal_shares(total, capacities):
     return shares
 
 
-def _check_sizes(sizes):
+def _check_sizes(sizes, short_repeats):
+    if (
+        isinstance(short_repeats, bool)
+        or not isinstance(short_repeats, numbers.Integral)
+        or short_repeats < 0
+    ):
+        raise ValueError(
+            f"short_repeats must be an int >= 0. Received: {short_repeats!r}"
+        )
     for name, size in sizes.items():
         if isinstance(size, bool) or not isinstance(size, numbers.Integral):
             raise TypeError(f"{name} size must be an int. Received: {size!r}")
@@ -193,6 +201,26 @@ def _without(pools, used, held):
     ]
 
 
+def _core_and_short(rng, size, short_repeats):
+    """Training's first numbers, ``size`` of them at most: 0-999 (some of them
+    if ``size < 1000``), then the rounds of 0-101; and the size left."""
+    core = min(size, 1000)
+    parts = [np.sort(rng.permutation(1000)[:core])]
+    size -= core
+    rounds = min(short_repeats, size // (2 * SHORT_NUMBERS))
+    parts.extend([np.arange(SHORT_NUMBERS)] * rounds)
+    return parts, size - rounds * SHORT_NUMBERS
+
+
+def _no_room(sizes, capacity):
+    return ValueError(
+        f"train size {sizes['train']:,} does not fit: {capacity + 1000:,} "
+        f"numbers are left for training besides validation, test "
+        f"and the {sizes['uniform']:,} uniformly drawn. Received "
+        f"sizes: {sizes}"
+    )
+
+
 def sample_numbers(
     seed=0,
     train_size=50_000,
@@ -211,10 +239,8 @@ def sample_numbers(
       and irregular form (elf, zwölf, sechzehn, siebzig, dreißig, eins/ein) in
       the training data.
     - **The shortest numbers more often.** 0-101 come ``short_repeats`` more
-      times (at most in half the room left after 0-999, in whole rounds), in
-      place of as many numbers >= 1000: as whole sentences they are rare
-      otherwise (each once among 50,000), and a model trained for minutes
-      got 0 and 1 wrong.
+      times (in whole rounds, in at most half the room left after 0-999)
+      instead of as many numbers >= 1000: else each is once among 50,000.
     - **The rest is stratified by length.** In every split, numbers >= 1000
       come in equal shares from the 4-, 5- and 6-digit numbers, so short
       numbers are not drowned out: drawn uniformly, 90 % would have six
@@ -252,15 +278,7 @@ def sample_numbers(
     """
     sizes = {"test": test_size, "validation": val_size, "train": train_size}
     sizes["uniform"] = uniform_size
-    _check_sizes(sizes)
-    if (
-        isinstance(short_repeats, bool)
-        or not isinstance(short_repeats, numbers.Integral)
-        or short_repeats < 0
-    ):
-        raise ValueError(
-            f"short_repeats must be an int >= 0. Received: {short_repeats!r}"
-        )
+    _check_sizes(sizes, short_repeats)
     uniform = np.random.default_rng([seed, 1]).choice(
         LIMIT, uniform_size, replace=False
     )
@@ -272,21 +290,11 @@ def sample_numbers(
         size = sizes[name]
         parts = []
         if name == "train":
-            core = min(size, 1000)
-            parts.append(np.sort(rng.permutation(1000)[:core]))
-            size -= core
-            rounds = min(short_repeats, size // (2 * SHORT_NUMBERS))
-            parts.extend([np.arange(SHORT_NUMBERS)] * rounds)
-            size -= rounds * SHORT_NUMBERS
+            parts, size = _core_and_short(rng, size, short_repeats)
             pools = _without(pools, used, uniform[uniform >= 1000])
         capacities = [len(pool) - u for pool, u in zip(pools, used, strict=True)]
         if name == "train" and size > sum(capacities):
-            raise ValueError(
-                f"train size {train_size:,} does not fit: {sum(capacities) + 1000:,} "
-                f"numbers are left for training besides validation, test "
-                f"and the {uniform_size:,} uniformly drawn. Received "
-                f"sizes: {sizes}"
-            )
+            raise _no_room(sizes, sum(capacities))
         for i, share in enumerate(_equal_shares(size, capacities)):
             parts.append(pools[i][used[i] : used[i] + share])
             used[i] += share

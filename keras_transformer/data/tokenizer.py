@@ -65,10 +65,9 @@ def train_tokenizer(
         num_threads: trainer threads. Unigram training gives (slightly)
             different vocabularies with different thread counts, so the
             default of 1 keeps results the same on every machine.
-        user_defined_symbols: strings that are always one piece each
-            wherever they occur (SentencePiece's option of that name), such
-            as rare words the vocabulary would otherwise spell letter by
-            letter. They count towards ``vocab_size``.
+        user_defined_symbols: strings kept as one piece each wherever they
+            occur (SentencePiece's option), e.g. rare words that would be
+            spelt letter by letter. They count towards ``vocab_size``.
 
     Returns:
         bytes: the serialised ``ModelProto``, ready for ``make_tokenizer``.
@@ -84,17 +83,7 @@ def train_tokenizer(
     texts = _checked_training_arguments(
         texts, vocab_size, model_type, character_coverage
     )
-    if isinstance(user_defined_symbols, (str, bytes)):
-        raise TypeError(
-            "user_defined_symbols must be a list of strings, not one string. "
-            f"Received: {user_defined_symbols!r}"
-        )
-    symbols = [str(symbol) for symbol in user_defined_symbols]
-    if not all(symbols) or any(" " in s or "\t" in s for s in symbols):
-        raise ValueError(
-            "user_defined_symbols must be non-empty strings without spaces. "
-            f"Received: {user_defined_symbols!r}"
-        )
+    symbols = _checked_symbols(user_defined_symbols)
 
     special = {}
     for kind, (piece_id, piece) in _SPECIAL_PIECES.items():
@@ -118,6 +107,22 @@ def train_tokenizer(
         **special,
     )
     return model.getvalue()
+
+
+def _checked_symbols(user_defined_symbols):
+    """``user_defined_symbols`` as a list of str, after its checks."""
+    if isinstance(user_defined_symbols, (str, bytes)):
+        raise TypeError(
+            "user_defined_symbols must be a list of strings, not one string. "
+            f"Received: {user_defined_symbols!r}"
+        )
+    symbols = [str(symbol) for symbol in user_defined_symbols]
+    if not all(symbols) or any(" " in s or "\t" in s for s in symbols):
+        raise ValueError(
+            "user_defined_symbols must be non-empty strings without spaces. "
+            f"Received: {user_defined_symbols!r}"
+        )
+    return symbols
 
 
 def _checked_training_arguments(texts, vocab_size, model_type, character_coverage):
