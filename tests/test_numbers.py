@@ -397,8 +397,8 @@ def test_make_splits_spells_each_number_once(monkeypatch):
         (dict(uniform_size=True), TypeError),
         (dict(uniform_size=1_000_001), ValueError),
         (dict(short_repeats=-1), ValueError),
-        (dict(short_repeats=2.0), ValueError),
-        (dict(short_repeats=True), ValueError),
+        (dict(short_repeats=2.0), TypeError),
+        (dict(short_repeats=True), TypeError),
     ],
 )
 def test_bad_sizes_raise(kwargs, error):

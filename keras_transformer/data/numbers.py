@@ -144,8 +144,9 @@ SHORT_REPEATS = 20
 
 # Words a small subword vocabulary would spell letter by letter: "null" is
 # the only German number word with a doubled letter, so a model that never
-# saw "l" follow "l" ends it early ("nul"); "zero" occurs once among 100,000
-# training sentences. As user-defined pieces (``train_tokenizer``) each is one
+# saw "l" follow "l" ends it early ("nul"); "zero", like "null", is one
+# sentence in each round of 0-101, too rare among 100,000 training sentences
+# to become a piece. As user-defined pieces (``train_tokenizer``) each is one
 # token.
 WHOLE_WORDS = ("zero", "null")
 
@@ -167,14 +168,12 @@ def _equal_shares(total, capacities):
 
 
 def _check_sizes(sizes, short_repeats):
-    if (
-        isinstance(short_repeats, bool)
-        or not isinstance(short_repeats, numbers.Integral)
-        or short_repeats < 0
+    if isinstance(short_repeats, bool) or not isinstance(
+        short_repeats, numbers.Integral
     ):
-        raise ValueError(
-            f"short_repeats must be an int >= 0. Received: {short_repeats!r}"
-        )
+        raise TypeError(f"short_repeats must be an int. Received: {short_repeats!r}")
+    if short_repeats < 0:
+        raise ValueError(f"short_repeats must be >= 0. Received: {short_repeats!r}")
     for name, size in sizes.items():
         if isinstance(size, bool) or not isinstance(size, numbers.Integral):
             raise TypeError(f"{name} size must be an int. Received: {size!r}")
@@ -273,8 +272,8 @@ def sample_numbers(
         ``train`` repeats numbers (0-101, if ``short_repeats``).
 
     Raises:
-        TypeError: a size is not an int.
-        ValueError: a size is negative or the sizes do not fit in the range.
+        TypeError: a size or ``short_repeats`` is not an int.
+        ValueError: one of them is negative, or the sizes do not fit the range.
     """
     sizes = {"test": test_size, "validation": val_size, "train": train_size}
     sizes["uniform"] = uniform_size
