@@ -767,22 +767,23 @@ def _average(args, model, ckpt_dir):
 
 
 def _train_tokenizer(args, texts):
+    # The numbers task's rare words as whole pieces (see WHOLE_WORDS).
+    symbols = ktd.WHOLE_WORDS if args.task else ()
     try:
         return ktd.train_tokenizer(
             texts,
             args.vocab_size,
             model_type=args.tokenizer,
             seed=args.seed,
-            # The numbers task's rare words as whole pieces (see WHOLE_WORDS).
-            user_defined_symbols=ktd.WHOLE_WORDS if args.task else (),
+            user_defined_symbols=symbols,
         )
     except RuntimeError as error:  # SentencePiece's checks
         message = " ".join(str(error).split())
         needed = re.search(r"required_chars\. \d+ vs (\d+)", message)
         if needed:
             pieces = "the reserved ids"
-            if args.task:
-                pieces += " and the pieces " + " and ".join(ktd.WHOLE_WORDS)
+            if symbols:
+                pieces += " and the pieces " + " and ".join(symbols)
             raise UsageError(
                 f"--vocab-size {args.vocab_size} is too small for this text: "
                 f"its characters, {pieces} need {needed.group(1)}."

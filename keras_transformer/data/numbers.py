@@ -167,18 +167,17 @@ def _equal_shares(total, capacities):
     return shares
 
 
+def _check_count(label, value):
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{label} must be an int. Received: {value!r}")
+    if value < 0:
+        raise ValueError(f"{label} must be >= 0. Received: {value!r}")
+
+
 def _check_sizes(sizes, short_repeats):
-    if isinstance(short_repeats, bool) or not isinstance(
-        short_repeats, numbers.Integral
-    ):
-        raise TypeError(f"short_repeats must be an int. Received: {short_repeats!r}")
-    if short_repeats < 0:
-        raise ValueError(f"short_repeats must be >= 0. Received: {short_repeats!r}")
+    _check_count("short_repeats", short_repeats)
     for name, size in sizes.items():
-        if isinstance(size, bool) or not isinstance(size, numbers.Integral):
-            raise TypeError(f"{name} size must be an int. Received: {size!r}")
-        if size < 0:
-            raise ValueError(f"{name} size must be >= 0. Received: {size!r}")
+        _check_count(f"{name} size", size)
     large = LIMIT - 1000
     drawn = sizes["test"] + sizes["validation"]
     if drawn > large or drawn + sizes["train"] > LIMIT:
