@@ -157,6 +157,44 @@ def fused_attention_fails(dtype, d_k, d_v):
     return jax.default_backend() == "cpu"
 
 
+# -- the dtype policy that trains fastest -------------------------------------
+
+# CPU flags of the BF16 instructions oneDNN uses for bfloat16 matrix products.
+BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
+
+
+def cpu_flags(path="/proc/cpuinfo"):
+    """The CPU's feature flags as a set (Linux), or an empty set."""
+    try:
+        with open(path) as file:
+            for line in file:
+                if line.startswith("flags"):
+                    return set(line.partition(":")[2].split())
+    except OSError:
+        pass
+    return set()
+
+
+def fastest_policy(flags=None):
+    """``"mixed_bfloat16"`` where it was measured to train faster and as
+    well, else ``"float32"``.
+
+    That is TensorFlow on a CPU with BF16 instructions: oneDNN runs bfloat16
+    products at about twice float32's rate there, and the built-in task
+    trained as well (docs/results.md, #16). XLA:CPU (JAX) gains little from
+    bfloat16; PyTorch's and the GPUs' were not measured for quality, so they
+    keep float32.
+    """
+    if name() != "tensorflow":
+        return "float32"
+    import tensorflow as tf
+
+    if tf.config.list_physical_devices("GPU"):
+        return "float32"
+    flags = cpu_flags() if flags is None else flags
+    return "mixed_bfloat16" if flags & set(BF16_CPU_FLAGS) else "float32"
+
+
 def flash_attention_flag():
     """The ``flash_attention`` argument for ``keras.ops.dot_product_attention``.
 

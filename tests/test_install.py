@@ -26,10 +26,12 @@ REPO = Path(__file__).resolve().parents[1]
 COMMANDS = (
     "kt-train",
     "kt-evaluate",
+    "kt-curve",
     "kt-translate",
     "kt-attention",
     "kt-benchmark",
     "kt-benchmark-decoding",
+    "kt-keras-hub-recipe",
 )
 SMALL_RUN = [
     "--task", "numbers", "--train-size", "200", "--val-size", "8",

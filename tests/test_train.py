@@ -177,6 +177,82 @@ def test_numbers_run_writes_everything(finished):
 
 @pytest.mark.slow
 @pytest.mark.once
+def test_curve_scores_each_checkpoint_averaged_as_the_run_averages(
+    finished, tmp_path, monkeypatch, capsys
+):
+    from keras_transformer import data as ktd
+    from keras_transformer.commands import curve, evaluate
+
+    out = finished[0]
+    numbers = [0, 3, 17, 101, 342, 1001]
+    source, reference = tmp_path / "src.txt", tmp_path / "ref.txt"
+    source.write_text("".join(ktd.english(n) + "\n" for n in numbers))
+    reference.write_text("".join(ktd.german(n) + "\n" for n in numbers))
+    files = ["--source", str(source), "--reference", str(reference)]
+    # The weights each point translates with, caught at translate().
+    seen = []
+    real_load = curve.load_translator
+
+    def spying_load(path):
+        translator = real_load(path)
+        real_translate = translator.translate
+
+        def translate(texts, **options):
+            seen.append(weights(translator.transformer))
+            return real_translate(texts, **options)
+
+        translator.translate = translate
+        return translator
+
+    monkeypatch.setattr(curve, "load_translator", spying_load)
+    json_path = tmp_path / "curve.json"
+    result = curve.main(
+        ["score", "--run", str(out), *files, "--beam-size", "1", "--label", "ours",
+         "--out", str(json_path)]
+    )  # fmt: skip
+    assert json.loads(json_path.read_text()) == result
+    assert result["label"] == "ours" and result["average_last"] == 2  # the run's
+    paths = checkpoints.list_checkpoints(out / "checkpoints")
+    states = [checkpoints.read_state(p) for p in paths]
+    points = result["points"]
+    assert [p["checkpoint"] for p in points] == [os.path.basename(p) for p in paths]
+    assert [p["step"] for p in points] == [s["iterations"] for s in states]
+    minutes = [round(s["elapsed_seconds"] / 60, 3) for s in states]
+    assert [p["minutes"] for p in points] == minutes
+    assert [p["averaged"] for p in points] == [1, 2]
+    # First point: the first checkpoint alone; last: the mean of both, which
+    # is the run's own translator.keras (--average-last 2).
+    model = load_translator(out / "translator.keras").transformer
+    checkpoints.load_checkpoint(model, paths[0])
+    for got, want in zip(seen[0], weights(model), strict=True):
+        np.testing.assert_array_equal(got, want)
+    final = weights(load_translator(out / "translator.keras").transformer)
+    for got, want in zip(seen[1], final, strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+    # The same scores kt-evaluate gives those weights.
+    for point, extra in ((points[0], ["--checkpoint", paths[0]]), (points[1], [])):
+        scored = evaluate.main(
+            ["--model", str(out / "translator.keras"), *files, "--beam-size", "1",
+             "--out", str(tmp_path / "eval.json"), *extra]
+        )  # fmt: skip
+        assert (point["bleu"], point["chrf"]) == (scored["bleu"], scored["chrf"])
+    assert "wrote" in capsys.readouterr().out
+
+    # A damaged checkpoint is named, exit status 2, nothing scored.
+    damaged = tmp_path / "damaged"
+    shutil.copytree(out, damaged)
+    first = checkpoints.list_checkpoints(damaged / "checkpoints")[0]
+    with open(os.path.join(first, checkpoints.STATE_FILE), "w") as file:
+        file.write("{")
+    with pytest.raises(SystemExit) as exit_info:
+        curve.main(["score", "--run", str(damaged), *files])
+    assert exit_info.value.code == 2
+    assert os.path.basename(first) in capsys.readouterr().err
+    assert not list(damaged.glob("curve-*"))
+
+
+@pytest.mark.slow
+@pytest.mark.once
 def test_finished_run_is_not_clobbered(finished, tmp_path, capsys):
     out = tmp_path / "run"
     shutil.copytree(finished[0], out)
@@ -232,6 +308,62 @@ def test_learning_rate_scale_defaults_per_task_and_is_checked(tmp_path, capsys):
     for bad in ("0", "-1", "nan"):
         err = usage_error(capsys, [*NUMBERS, "--lr-scale", bad, "--out", "x"])
         assert "--lr-scale must be > 0" in err
+
+
+@pytest.mark.once
+def test_precision_averaging_and_kept_checkpoints_default_per_task(
+    tmp_path, capsys, monkeypatch
+):
+    numbers = [*NUMBERS, "--out", str(tmp_path / "a")]
+    data = ["--data", str(tmp_path), "--source", "de", "--target", "en", "--out", "b"]
+    # #16: the final Multi30k model is the mean of the last 5 checkpoints.
+    assert train.parse_args(numbers).average_last == 1
+    assert train.parse_args(data).average_last == 5
+    assert train._keep(train.parse_args(numbers)) == 2  # one spare for resuming
+    assert train._keep(train.parse_args(data)) == 5
+    assert train._keep(train.parse_args([*data, "--keep-checkpoints", "0"])) is None
+    assert train._keep(train.parse_args([*data, "--keep-checkpoints", "9"])) == 9
+    for bad, why in (("4", "0 (all) or >= 5"), ("-1", "0 (all) or >= 5")):
+        err = usage_error(capsys, [*data, "--keep-checkpoints", bad])
+        assert f"--keep-checkpoints must be {why}" in err
+
+    # The precision: "auto" (the default) asks the backend module; float32
+    # is recorded as no policy, as before the option took it.
+    chosen = []
+    for policy in ("mixed_bfloat16", "float32"):
+        monkeypatch.setattr(train.kt_backend, "fastest_policy", lambda p=policy: p)
+        chosen.append(train.parse_args(data).mixed_precision)
+    assert chosen == ["mixed_bfloat16", None]
+    given = {
+        (): None,  # fastest_policy says float32 (still patched)
+        ("--mixed-precision",): "mixed_bfloat16",
+        ("--mixed-precision", "float32"): None,
+        ("--mixed-precision", "mixed_float16"): "mixed_float16",
+    }
+    for extra, policy in given.items():
+        assert train.parse_args([*data, *extra]).mixed_precision == policy
+
+
+@pytest.mark.once
+def test_fastest_policy_is_bfloat16_only_for_tensorflow_on_bf16_cpus(
+    tmp_path, monkeypatch
+):
+    from keras_transformer import backend
+
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nflags\t\t: fpu sse2 avx512_bf16 amx_bf16\n")
+    assert backend.cpu_flags(str(info)) == {"fpu", "sse2", "avx512_bf16", "amx_bf16"}
+    assert backend.cpu_flags(str(tmp_path / "missing")) == set()
+    cases = {
+        ("tensorflow", "avx512_bf16"): "mixed_bfloat16",
+        ("tensorflow", "amx_bf16"): "mixed_bfloat16",
+        ("tensorflow", "avx512f"): "float32",
+        ("jax", "amx_bf16"): "float32",
+        ("torch", "amx_bf16"): "float32",
+    }
+    for (name, flag), policy in cases.items():
+        monkeypatch.setattr(backend, "name", lambda n=name: n)
+        assert backend.fastest_policy({flag, "fpu"}) == policy, (name, flag)
 
 
 @pytest.mark.once

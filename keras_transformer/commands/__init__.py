@@ -3,9 +3,13 @@
 - ``kt-train``: train a translator (the built-in number task or a parallel
   corpus) and save ``translator.keras``;
 - ``kt-evaluate``: BLEU and exact match of a saved translator on a test set;
+- ``kt-curve``: validation BLEU of a run's checkpoints against training
+  minutes, and the figure;
 - ``kt-translate``: translate sentences (arguments or standard input);
 - ``kt-attention``: draw a translator's attention maps;
-- ``kt-benchmark``, ``kt-benchmark-decoding``: training and decoding speed.
+- ``kt-benchmark``, ``kt-benchmark-decoding``: training and decoding speed;
+- ``kt-keras-hub-recipe``: keras-hub's usual recipe on a corpus, for
+  ``kt-curve``'s comparison.
 
 Each module's ``main(argv)`` runs the command and returns its result;
 ``command()`` is the installed entry point. From a clone,

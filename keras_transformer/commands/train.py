@@ -39,6 +39,7 @@ import keras
 import numpy as np
 
 import keras_transformer as kt
+from keras_transformer import backend as kt_backend
 from keras_transformer import checkpoints
 from keras_transformer import data as ktd
 from keras_transformer.callbacks import Checkpointer, ProgressLog, TimeBudget
@@ -59,6 +60,7 @@ TASK_DEFAULTS = {
         # the errors on uniformly drawn numbers (docs/results.md, #16).
         "lr_scale": 0.5,
         "epochs": 20,
+        "average_last": 1,
     },
     "data": {
         "config": "small",
@@ -68,6 +70,8 @@ TASK_DEFAULTS = {
         "warmup_steps": 1000,
         "lr_scale": 1.0,
         "epochs": 20,
+        # §6.1; about 1 BLEU on Multi30k (docs/results.md).
+        "average_last": 5,
     },
 }
 
@@ -84,6 +88,7 @@ RESUMABLE_CHANGES = {
     "progress_seconds",
     "beam_size",
     "length_penalty",
+    "keep_checkpoints",
 }
 
 RUN_FILE = "run.json"
@@ -139,26 +144,7 @@ def parse_args(argv=None):
         ),
     )
     parser.add_argument("--label-smoothing", type=float, default=0.1)
-    parser.add_argument(
-        "--mixed-precision",
-        nargs="?",
-        const="mixed_bfloat16",
-        choices=["mixed_bfloat16", "mixed_float16"],
-        help="dtype policy (default when given: mixed_bfloat16)",
-    )
-    parser.add_argument(
-        "--average-last",
-        type=int,
-        default=1,
-        metavar="K",
-        help="average the last K checkpoints into the final model (§6.1)",
-    )
-    parser.add_argument(
-        "--checkpoint-steps",
-        type=int,
-        default=200,
-        help="save a checkpoint every N steps (and at every epoch end)",
-    )
+    _add_precision_and_checkpoints(parser)
     parser.add_argument("--data-parallel", action="store_true")
     parser.add_argument("--seed", type=int, default=0)
     _add_split_sizes(parser)
@@ -181,6 +167,40 @@ def parse_args(argv=None):
     args = parser.parse_args(argv)
     _check_args(parser, args)
     return args
+
+
+def _add_precision_and_checkpoints(parser):
+    """The dtype policy, checkpoint averaging (§6.1) and checkpoints kept."""
+    parser.add_argument(
+        "--mixed-precision",
+        nargs="?",
+        const="mixed_bfloat16",
+        choices=["auto", "float32", "mixed_bfloat16", "mixed_float16"],
+        default="auto",
+        help="dtype policy; auto (the default): mixed_bfloat16 with TensorFlow "
+        "on a CPU with BF16 instructions, else float32; the flag alone: "
+        "mixed_bfloat16",
+    )
+    parser.add_argument(
+        "--average-last",
+        type=int,
+        metavar="K",
+        help="average the last K checkpoints into the final model (§6.1; "
+        "default 1 for --task, 5 for --data)",
+    )
+    parser.add_argument(
+        "--keep-checkpoints",
+        type=int,
+        metavar="N",
+        help="keep the last N checkpoints (default: K of --average-last, at "
+        "least 2); 0 keeps them all (kt-curve evaluates each)",
+    )
+    parser.add_argument(
+        "--checkpoint-steps",
+        type=int,
+        default=200,
+        help="save a checkpoint every N steps (and at every epoch end)",
+    )
 
 
 def _add_split_sizes(parser):
@@ -235,6 +255,14 @@ def _check_args(parser, args):
         parser.error(_batch_tokens_error(args.batch_tokens, args.bucket_lengths[-1]))
     if args.average_last < 1:
         parser.error("--average-last must be >= 1")
+    fewest, keep = max(args.average_last, 2), args.keep_checkpoints
+    if keep is not None and (keep < 0 or 0 < keep < fewest):
+        parser.error(f"--keep-checkpoints must be 0 (all) or >= {fewest}")
+    if args.mixed_precision == "auto":
+        args.mixed_precision = kt_backend.fastest_policy()
+    if args.mixed_precision == "float32":
+        # Recorded as before the flag took "float32": no policy set.
+        args.mixed_precision = None
     if args.checkpoint_steps < 1:
         parser.error("--checkpoint-steps must be >= 1")
     if args.max_minutes is not None and not args.max_minutes > 0:
@@ -536,8 +564,7 @@ def _train(args, opened):
         return os.path.join(out, TRANSLATOR_FILE), data, trained
     replicas, scope = _parallel(args, opened)
     keras.utils.set_random_seed(args.seed)
-    if args.mixed_precision:
-        keras.config.set_dtype_policy(args.mixed_precision)
+    keras.config.set_dtype_policy(args.mixed_precision or "float32")
     tokenizer, proto = _tokenizer(args, resuming, data["train"])
     config = model_config(args)
     dataset, val_dataset, boundaries = _datasets(
@@ -558,7 +585,8 @@ def _train(args, opened):
         )
     log(
         f"model: {args.config} {_describe(config)}, "
-        f"{model.count_params():,} parameters; backend {keras.backend.backend()}; "
+        f"{model.count_params():,} parameters; backend {keras.backend.backend()}, "
+        f"{keras.config.dtype_policy().name}; "
         f"{len(dataset)} batches of <= {args.batch_tokens} tokens per epoch, "
         f"buckets {boundaries}"
     )
@@ -710,7 +738,7 @@ def _fit(args, run, model, dataset, val_dataset, ckpt_dir, state):
         ckpt_dir,
         epoch_length=len(dataset),
         every_steps=args.checkpoint_steps,
-        keep=max(args.average_last, 2),
+        keep=_keep(args),
         budget=budget,
     )
     callbacks = [budget, checkpointer, _Progress(args.epochs)]
@@ -744,6 +772,13 @@ def _fit(args, run, model, dataset, val_dataset, ckpt_dir, state):
     reason = "time budget" if budget.exhausted else f"{args.epochs} epochs"
     log(f"trained {budget.elapsed:.0f} s ({reason}), {_steps(model)} steps")
     return budget.elapsed
+
+
+def _keep(args):
+    """How many checkpoints to keep (``None``: all)."""
+    if args.keep_checkpoints == 0:
+        return None
+    return args.keep_checkpoints or max(args.average_last, 2)
 
 
 def _average(args, model, ckpt_dir):

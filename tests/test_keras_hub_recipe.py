@@ -1,0 +1,88 @@
+"""kt-keras-hub-recipe: the comparison's greedy decoding, and a short run
+whose curve kt-curve can draw."""
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+
+from keras_transformer import data as ktd
+from keras_transformer.commands import benchmark, curve, keras_hub_recipe
+from keras_transformer.special_tokens import END_ID, PAD_ID, START_ID
+
+pytestmark = pytest.mark.once
+
+
+class Scripted:
+    """A stand-in model: at position t it predicts ``plan[row][t]``, and it
+    records the decoder inputs it was given."""
+
+    def __init__(self, plan, vocab=12):
+        self.plan, self.vocab, self.seen = plan, vocab, []
+
+    def predict_on_batch(self, inputs):
+        target = inputs["decoder_inputs"]
+        self.seen.append(target.copy())
+        logits = np.zeros(target.shape + (self.vocab,), "float32")
+        for row, ids in enumerate(self.plan):
+            for t, token in enumerate(ids[: target.shape[1]]):
+                logits[row, t, token] = 1.0
+        return logits
+
+
+def test_greedy_feeds_back_its_tokens_and_stops_at_the_end_token():
+    plan = [[5, 6, END_ID, 9, 9], [7, END_ID, 9, 9, 9]]
+    model = Scripted(plan)
+    sources = np.ones((2, 3), "int32")
+    out = keras_hub_recipe.greedy(model, sources, length=6)
+    # Up to and with END, then padding (rows that ended are not extended).
+    assert out == [[5, 6, END_ID, PAD_ID, PAD_ID], [7, END_ID, PAD_ID, PAD_ID, PAD_ID]]
+    # Whole prefixes are rerun: the third call saw START and both tokens so far.
+    assert model.seen[2][0].tolist() == [START_ID, 5, 6, 0, 0, 0]
+    assert len(model.seen) == 3  # stopped once every row had ended
+
+
+def test_padded_cuts_and_pads_to_one_length():
+    got = keras_hub_recipe.padded([[4, 5], [4, 5, 6, 7, 8]], 4)
+    assert got.tolist() == [[4, 5, 0, 0], [4, 5, 6, 7]] and got.dtype == "int32"
+
+
+# keras-hub's own sub-layers warn about the mask keras-hub attaches (as in
+# tests/test_benchmark.py).
+@pytest.mark.filterwarnings(
+    r"ignore:Layer '\w+' \(of type \w+\) was passed an input with a mask"
+    ":UserWarning"
+)
+@pytest.mark.slow
+def test_a_short_run_writes_a_curve_kt_curve_draws(tmp_path, monkeypatch, capsys):
+    numbers = list(range(1, 200, 3))
+    for split, chosen in (("train", numbers), ("val", numbers[:12])):
+        (tmp_path / f"{split}.en").write_text(
+            "".join(ktd.english(n) + "\n" for n in chosen)
+        )
+        (tmp_path / f"{split}.de").write_text(
+            "".join(ktd.german(n) + "\n" for n in chosen)
+        )
+    small = dataclasses.replace(
+        benchmark.CPU_SETTING, num_layers=1, d_model=32, num_heads=2, d_ff=64
+    )
+    monkeypatch.setattr(benchmark, "CPU_SETTING", small)
+    out = tmp_path / "run"
+    result = keras_hub_recipe.main(
+        ["--data", str(tmp_path), "--source", "en", "--target", "de",
+         "--out", str(out), "--max-minutes", "0.15", "--every-minutes", "0.05",
+         "--sequence-length", "24", "--vocab-size", "80", "--batch-size", "16"]
+    )  # fmt: skip
+    saved = json.loads((out / "curve.json").read_text())
+    assert saved["points"] == result["points"] and saved["label"] == "keras-hub recipe"
+    points = saved["points"]
+    assert len(points) >= 2  # snapshots on the way, and the end of training
+    steps = [p["step"] for p in points]
+    assert steps == sorted(set(steps)) and steps[0] >= 1
+    assert all(0.0 <= p["bleu"] <= 100.0 for p in points)
+    minutes = [p["minutes"] for p in points]
+    assert minutes == sorted(minutes) and minutes[-1] >= 0.15 - 1e-9
+    label, drawn_minutes, bleu = curve.read_curve(out / "curve.json")
+    assert drawn_minutes == minutes and bleu == [p["bleu"] for p in points]
+    assert "BLEU" in capsys.readouterr().out
