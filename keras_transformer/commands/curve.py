@@ -1,4 +1,4 @@
-"""Validation BLEU against training minutes: score a run's checkpoints, draw curves.
+"""Validation BLEU against training minutes: score the checkpoints of a run, plot.
 
     kt-curve score --run runs/multi30k --source val.de.gz --reference val.en.gz \\
         [--average-last K] [--beam-size 1] [--label ours] [--out curve.json]
@@ -39,7 +39,7 @@ def _parser():
         prog="kt-curve", description=__doc__.splitlines()[0]
     )
     commands = parser.add_subparsers(dest="command", required=True)
-    scoring = commands.add_parser("score", help="score a run's checkpoints")
+    scoring = commands.add_parser("score", help="score the checkpoints of a run")
     scoring.add_argument("--run", required=True, help="a kt-train --out folder")
     scoring.add_argument("--source", required=True, help="source sentences")
     scoring.add_argument("--reference", required=True, help="reference translations")
