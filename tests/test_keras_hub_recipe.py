@@ -4,6 +4,7 @@ whose curve kt-curve can draw."""
 import dataclasses
 import json
 
+import keras
 import numpy as np
 import pytest
 
@@ -15,20 +16,19 @@ pytestmark = pytest.mark.once
 
 
 class Scripted:
-    """A stand-in model: at position t it predicts ``plan[row][t]``, and it
-    records the decoder inputs it was given."""
+    """A stand-in for ``argmax_model``: at position t it predicts
+    ``plan[row][t]``, and it records the decoder inputs it was given."""
 
-    def __init__(self, plan, vocab=12):
-        self.plan, self.vocab, self.seen = plan, vocab, []
+    def __init__(self, plan):
+        self.plan, self.seen = plan, []
 
     def predict_on_batch(self, inputs):
         target = inputs["decoder_inputs"]
         self.seen.append(target.copy())
-        logits = np.zeros(target.shape + (self.vocab,), "float32")
-        for row, ids in enumerate(self.plan):
-            for t, token in enumerate(ids[: target.shape[1]]):
-                logits[row, t, token] = 1.0
-        return logits
+        ids = np.zeros(target.shape, "int64")
+        for row, planned in enumerate(self.plan):
+            ids[row, : len(planned)] = planned[: target.shape[1]]
+        return ids
 
 
 def test_greedy_feeds_back_its_tokens_and_stops_at_the_end_token():
@@ -41,6 +41,16 @@ def test_greedy_feeds_back_its_tokens_and_stops_at_the_end_token():
     # Whole prefixes are rerun: the third call saw START and both tokens so far.
     assert model.seen[2][0].tolist() == [START_ID, 5, 6, 0, 0, 0]
     assert len(model.seen) == 3  # stopped once every row had ended
+
+
+def test_argmax_model_returns_the_ids_of_the_largest_logits():
+    inputs = keras.Input((None,), dtype="int32", name="decoder_inputs")
+    logits = keras.layers.Embedding(10, 7)(inputs)
+    model = keras.Model({"decoder_inputs": inputs}, logits)
+    batch = {"decoder_inputs": np.array([[1, 2, 3], [4, 5, 0]], "int32")}
+    expected = np.argmax(model.predict_on_batch(batch), axis=-1)
+    got = keras_hub_recipe.argmax_model(model).predict_on_batch(batch)
+    assert got.shape == (2, 3) and np.array_equal(got, expected)
 
 
 def test_padded_cuts_and_pads_to_one_length():
@@ -86,3 +96,42 @@ def test_a_short_run_writes_a_curve_kt_curve_draws(tmp_path, monkeypatch, capsys
     label, drawn_minutes, bleu = curve.read_curve(out / "curve.json")
     assert drawn_minutes == minutes and bleu == [p["bleu"] for p in points]
     assert "BLEU" in capsys.readouterr().out
+    # The index lists every snapshot with its training time; --score-only
+    # scores them again from the saved files and tokenizer alone.
+    index = json.loads((out / "snapshots" / "index.json").read_text())
+    assert [e["step"] for e in index["snapshots"]] == steps
+    assert [round(e["seconds"] / 60, 3) for e in index["snapshots"]] == minutes
+    (tmp_path / "train.en").unlink()  # not needed to score
+    again = keras_hub_recipe.main(
+        ["--data", str(tmp_path), "--source", "en", "--target", "de",
+         "--out", str(out), "--score-only", "--sequence-length", "24"]
+    )  # fmt: skip
+    assert [(p["step"], p["minutes"], p["bleu"]) for p in again["points"]] == [
+        (p["step"], p["minutes"], p["bleu"]) for p in points
+    ]
+
+
+def test_bad_corpus_or_nothing_to_score_exits_2_naming_the_file(tmp_path, capsys):
+    (tmp_path / "val.en").write_text("one\ntwo\n")
+    (tmp_path / "val.de").write_text("eins\n")
+    common = ["--data", str(tmp_path), "--source", "en", "--target", "de"]
+    with pytest.raises(SystemExit) as exit_:
+        keras_hub_recipe.main(
+            [*common, "--out", str(tmp_path / "r"), "--max-minutes", "1"]
+        )
+    assert exit_.value.code == 2
+    assert "train.en" in capsys.readouterr().err  # no train split
+    (tmp_path / "val.de").write_text("eins\nzwei\n")
+    with pytest.raises(SystemExit) as exit_:
+        keras_hub_recipe.main([*common, "--out", str(tmp_path / "r"), "--score-only"])
+    assert exit_.value.code == 2
+    assert "tokenizer.model" in capsys.readouterr().err
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "tokenizer.model").write_bytes(b"")
+    with pytest.raises(SystemExit) as exit_:
+        keras_hub_recipe.main([*common, "--out", str(tmp_path / "r"), "--score-only"])
+    assert "index.json" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_:
+        keras_hub_recipe.main([*common, "--out", str(tmp_path / "r")])
+    assert exit_.value.code == 2  # training needs --max-minutes
+    assert "--max-minutes" in capsys.readouterr().err

@@ -95,6 +95,21 @@ def spaced(minutes, every_minutes):
     return kept
 
 
+def point(checkpoint, step, seconds, result, scoring_seconds, **extra):
+    """One point of a curve: the checkpoint's file name, its step and
+    training minutes, ``extra`` (e.g. ``averaged``), and sacreBLEU's BLEU and
+    chrF from ``result`` (``evaluation.score``), with the scoring's seconds."""
+    return {
+        "checkpoint": os.path.basename(os.path.normpath(checkpoint)),
+        "step": step,
+        "minutes": round(seconds / 60, 3),
+        **extra,
+        "bleu": result["bleu"],
+        "chrf": result["chrf"],
+        "seconds": round(scoring_seconds, 1),
+    }
+
+
 def score_run(args, fail):
     """The ``score`` command: one point per checkpoint, written as it goes."""
     # kt-evaluate's default name, "eval-<source>.json", as "curve-<source>.json".
@@ -120,8 +135,8 @@ def score_run(args, fail):
         states = [checkpoints.read_state(path) for path in paths]
     except checkpoints.CheckpointError as error:
         fail(str(error))
-    minutes = [(state.get("elapsed_seconds") or 0.0) / 60 for state in states]
-    for index in spaced(minutes, args.every_minutes):
+    seconds = [state.get("elapsed_seconds") or 0.0 for state in states]
+    for index in spaced([value / 60 for value in seconds], args.every_minutes):
         path, state = paths[index], states[index]
         window = paths[max(0, index - average_last + 1) : index + 1]
         try:
@@ -136,21 +151,20 @@ def score_run(args, fail):
             batch_size=args.batch_size,
         )
         result = score(hypotheses, references)
-        point = {
-            "checkpoint": os.path.basename(os.path.normpath(path)),
-            "step": state.get("iterations"),
-            "minutes": round(minutes[index], 3),
-            "averaged": len(window),
-            "bleu": result["bleu"],
-            "chrf": result["chrf"],
-            "seconds": round(time.perf_counter() - start, 1),
-        }
-        curve["points"].append(point)
+        done = point(
+            path,
+            state.get("iterations"),
+            seconds[index],
+            result,
+            time.perf_counter() - start,
+            averaged=len(window),
+        )
+        curve["points"].append(done)
         curve["bleu_signature"] = result["bleu_signature"]
         write_atomic(out, json.dumps(curve, indent=2) + "\n")
         print(
-            f"{point['checkpoint']}: {point['minutes']:.1f} min, "
-            f"BLEU {point['bleu']:.2f}, chrF {point['chrf']:.2f}",
+            f"{done['checkpoint']}: {done['minutes']:.1f} min, "
+            f"BLEU {done['bleu']:.2f}, chrF {done['chrf']:.2f}",
             flush=True,
         )
     print(f"wrote {out}")

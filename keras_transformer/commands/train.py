@@ -335,12 +335,9 @@ def load_data(args):
     try:
         splits = {}
         for split, name in (("train", "train"), ("val", "validation")):
-            source = ktd.split_path(args.data, split, args.source)
-            target = ktd.split_path(args.data, split, args.target)
-            sources, targets = ktd.read_parallel(source, target)
-            if args.max_lines:
-                sources, targets = sources[: args.max_lines], targets[: args.max_lines]
-            splits[name] = (sources, targets)
+            splits[name] = ktd.read_split(
+                args.data, split, args.source, args.target, args.max_lines
+            )
     except ktd.CorpusError as error:
         raise UsageError(str(error)) from None
     return splits

@@ -10,6 +10,7 @@ from keras_transformer.data.corpus import (
     CorpusError,
     read_lines,
     read_parallel,
+    read_split,
     split_path,
 )
 from keras_transformer.data.numbers import (
@@ -55,6 +56,7 @@ __all__ = [
     "padding_fraction",
     "read_lines",
     "read_parallel",
+    "read_split",
     "sample_numbers",
     "split_path",
     "train_tokenizer",

@@ -206,3 +206,26 @@ def split_path(data_dir, split, lang):
             "remove one",
         )
     return found[0]
+
+
+def read_split(data_dir, split, source, target, max_lines=None):
+    """The sentence pairs of one split of a corpus folder.
+
+    Args:
+        data_dir: str or path-like, the folder (see ``split_path``).
+        split: e.g. ``"train"``, ``"val"``.
+        source, target: the two languages, e.g. ``"de"``, ``"en"``.
+        max_lines: keep only the first N pairs (None: all).
+
+    Returns:
+        ``(sources, targets)``: two lists of str of the same length.
+
+    Raises:
+        CorpusError: as ``split_path`` and ``read_parallel``.
+    """
+    sources, targets = read_parallel(
+        split_path(data_dir, split, source), split_path(data_dir, split, target)
+    )
+    if max_lines:
+        sources, targets = sources[:max_lines], targets[:max_lines]
+    return sources, targets
