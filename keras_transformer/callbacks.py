@@ -97,6 +97,10 @@ class Checkpointer(keras.callbacks.Callback):
         self.last_path = None
         self._epoch = 0
         self._done = 0
+        self._updates = None
+
+    def on_train_begin(self, logs=None):
+        self._updates = self._iterations()
 
     def on_epoch_begin(self, epoch, logs=None):
         self._epoch = epoch
@@ -104,7 +108,11 @@ class Checkpointer(keras.callbacks.Callback):
 
     def on_train_batch_end(self, batch, logs=None):
         self._done = self.first_batch + batch + 1
-        if self.every_steps and self._iterations() % self.every_steps == 0:
+        # With gradient accumulation a batch need not end in an update: save
+        # only after one, or the same step would be saved N times.
+        updates, before = self._iterations(), self._updates
+        self._updates = updates
+        if self.every_steps and updates != before and updates % self.every_steps == 0:
             self._save(self._epoch, self._done)
 
     def on_epoch_end(self, epoch, logs=None):

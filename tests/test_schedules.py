@@ -68,7 +68,12 @@ def test_finite_and_positive_at_iteration_zero():
 def test_optimizer_hyperparameters_and_first_updates():
     opt = transformer_optimizer(16, warmup_steps=4)
     assert isinstance(opt, keras.optimizers.Adam)
-    assert schedule_config(opt) == {"d_model": 16, "warmup_steps": 4, "scale": 1.0}
+    assert schedule_config(opt) == {
+        "d_model": 16,
+        "warmup_steps": 4,
+        "scale": 1.0,
+        "accumulate": 1,
+    }
     assert (opt.beta_1, opt.beta_2, opt.epsilon) == (0.9, 0.98, 1e-9)
     variable = keras.Variable(np.zeros(3, "float32"))
     grad = np.array([0.5, -2.0, 1e-3], "float32")
@@ -90,7 +95,12 @@ def test_optimizer_hyperparameters_and_first_updates():
 def test_config_round_trip():
     schedule = TransformerSchedule(256, warmup_steps=np.int64(300), scale=0.5)
     config = schedule.get_config()
-    assert config == {"d_model": 256, "warmup_steps": 300, "scale": 0.5}
+    assert config == {
+        "d_model": 256,
+        "warmup_steps": 300,
+        "scale": 0.5,
+        "accumulate": 1,
+    }
     json.dumps(config)  # plain Python numbers
     clone = TransformerSchedule.from_config(config)
     assert clone.get_config() == config
@@ -123,6 +133,7 @@ def test_saved_model_keeps_schedule_and_optimizer_state(tmp_path):
         "d_model": 32,
         "warmup_steps": 10,
         "scale": 2.0,
+        "accumulate": 1,
     }
     assert int(ops.convert_to_numpy(loaded.optimizer.iterations)) == 2
     assert float(ops.convert_to_numpy(loaded.optimizer.learning_rate)) == pytest.approx(

@@ -144,6 +144,13 @@ def parse_args(argv=None):
         ),
     )
     parser.add_argument("--label-smoothing", type=float, default=0.1)
+    parser.add_argument(
+        "--accumulate",
+        type=int,
+        metavar="N",
+        help="one update per N batches, with their mean gradient (e.g. "
+        "--batch-tokens 3072 --accumulate 8: about the paper's 25,000 tokens)",
+    )
     _add_precision_and_checkpoints(parser)
     parser.add_argument("--data-parallel", action="store_true")
     parser.add_argument("--seed", type=int, default=0)
@@ -265,6 +272,10 @@ def _check_args(parser, args):
         args.mixed_precision = None
     if args.checkpoint_steps < 1:
         parser.error("--checkpoint-steps must be >= 1")
+    if args.accumulate is not None and args.accumulate < 1:
+        parser.error("--accumulate must be >= 1")
+    if args.accumulate == 1:
+        args.accumulate = None  # recorded as runs from before the option
     if args.max_minutes is not None and not args.max_minutes > 0:
         parser.error("--max-minutes must be > 0")
     if not args.lr_scale > 0:
@@ -575,17 +586,18 @@ def _train(args, opened):
         )
         model.compile(
             optimizer=kt.transformer_optimizer(
-                config.d_model, args.warmup_steps, args.lr_scale
+                config.d_model, args.warmup_steps, args.lr_scale, args.accumulate or 1
             ),
             loss=kt.LabelSmoothedCrossEntropy(label_smoothing=args.label_smoothing),
             metrics=[kt.MaskedAccuracy()],
         )
+    per_update = f", one update per {args.accumulate}" if args.accumulate else ""
     log(
         f"model: {args.config} {_describe(config)}, "
         f"{model.count_params():,} parameters; backend {keras.backend.backend()}, "
         f"{keras.config.dtype_policy().name}; "
-        f"{len(dataset)} batches of <= {args.batch_tokens} tokens per epoch, "
-        f"buckets {boundaries}"
+        f"{len(dataset)} batches of <= {args.batch_tokens} tokens per epoch"
+        f"{per_update}, buckets {boundaries}"
     )
     ckpt_dir = os.path.join(out, CHECKPOINTS_DIR)
     state = _resume_state(model, ckpt_dir) if resuming else None
