@@ -196,6 +196,27 @@ def test_measure_ours_trains():
     assert "decoding_tokens_per_second" not in r
 
 
+@pytest.mark.slow
+@pytest.mark.once
+def test_measure_ours_with_its_own_loss_compiles_that_loss(monkeypatch):
+    import keras
+
+    losses = []
+    compile_ = keras.Model.compile
+
+    def spy(model, *args, **kwargs):
+        losses.append(kwargs.get("loss"))
+        return compile_(model, *args, **kwargs)
+
+    monkeypatch.setattr(keras.Model, "compile", spy)
+    r = benchmark.measure(TINY, "ours_own_loss")
+    _check_common_result(r, "ours_own_loss", TINY)
+    assert isinstance(losses[0], kt.LabelSmoothedCrossEntropy)
+    assert losses[0].label_smoothing == 0.1 and losses[0].pad_id == 0
+    benchmark.measure(TINY, "ours")
+    assert isinstance(losses[1], keras.losses.SparseCategoricalCrossentropy)
+
+
 # The decoding speeds time `decoding`'s searches, which test_decoding.py checks
 # on every backend; what this adds (the keys, one speed per search) is the
 # same on all, and compiling both searches took TensorFlow's run 50 s.
@@ -350,6 +371,7 @@ def test_table_ratios_and_mfu():
 def test_ratios_state_both_comparisons():
     results = [
         _result("jax", "ours", 1300.0),
+        _result("jax", "ours_own_loss", 1400.0),
         _result("jax", "ours_attention_dropout", 1100.0),
         _result("jax", "keras_hub", 1000.0),
         _result("torch", "ours", 900.0),
@@ -357,7 +379,8 @@ def test_ratios_state_both_comparisons():
         _result("torch", "torch", 1040.0),
     ]
     assert benchmark.ratios(results) == [
-        "- jax: ours / keras_hub = 1.30x, with the same attention dropout 1.10x",
+        "- jax: ours / keras_hub = 1.30x, with its own loss 1.40x, "
+        "with the same attention dropout 1.10x",
         "- torch: ours / keras_hub = 0.90x",
         "- ours on its fastest backend here (jax) / torch nn.Transformer = 1.25x",
     ]
@@ -430,6 +453,10 @@ def test_config_and_step_arguments_override_the_setting():
     assert s.batch_size == benchmark.GPU_SETTING.batch_size
     assert s.dtype_policy == "mixed_bfloat16"
     assert _setting(["--batch-size", "7"]).batch_size == 7
+    assert _setting(["--dtype-policy", "mixed_bfloat16"]).dtype_policy == (
+        "mixed_bfloat16"
+    )
+    assert _setting(["--gpu", "--dtype-policy", "float32"]).dtype_policy == "float32"
     with pytest.raises(ValueError, match="Unknown config name"):
         _setting(["--config", "huge"])
 
@@ -495,6 +522,7 @@ def test_main_default_variants_on_this_backend_with_mfu_and_json(
     s = dataclasses.replace(benchmark.GPU_SETTING, steps=3)
     expected = [
         (BACKEND, "ours", s, True),
+        (BACKEND, "ours_own_loss", s, False),
         (BACKEND, "ours_attention_dropout", s, False),
         (BACKEND, "keras_hub", s, False),
     ]
@@ -514,12 +542,15 @@ def test_main_all_backends(monkeypatch, capsys):
     benchmark.main(["--all-backends", "--no-decode"])
     assert [(b, v, d) for b, v, _, d in runs] == [
         ("tensorflow", "ours", False),
+        ("tensorflow", "ours_own_loss", False),
         ("tensorflow", "ours_attention_dropout", False),
         ("tensorflow", "keras_hub", False),
         ("jax", "ours", False),
+        ("jax", "ours_own_loss", False),
         ("jax", "ours_attention_dropout", False),
         ("jax", "keras_hub", False),
         ("torch", "ours", False),
+        ("torch", "ours_own_loss", False),
         ("torch", "ours_attention_dropout", False),
         ("torch", "keras_hub", False),
         ("torch", "torch", False),
