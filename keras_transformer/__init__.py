@@ -5,7 +5,11 @@ Runs on TensorFlow, JAX and PyTorch (choose with ``KERAS_BACKEND``).
 
 from keras_transformer.attention_maps import AttentionMaps, attention_maps
 from keras_transformer.decoding import beam_search, greedy_search, length_penalty
-from keras_transformer.distribute import DataParallelSetup, data_parallel
+from keras_transformer.distribute import (
+    DataParallelSetup,
+    data_parallel,
+    model_parallel,
+)
 from keras_transformer.layers import (
     DecoderBlock,
     EncoderBlock,
@@ -50,6 +54,7 @@ __all__ = [
     "build_model",
     "causal_mask",
     "data_parallel",
+    "model_parallel",
     "get_config",
     "greedy_search",
     "length_penalty",

@@ -21,13 +21,18 @@ class TimeBudget(keras.callbacks.Callback):
     Args:
         max_seconds: float > 0, or None for no limit (the clock still runs).
         elapsed: float, seconds already spent.
+        agree: optional callable, ``agree(spent) -> bool``: turns this
+            process's verdict into the one all processes act on (several
+            processes training one model must stop at the same batch;
+            ``keras_transformer.cluster.broadcast_flag`` gives process 0's).
     """
 
-    def __init__(self, max_seconds=None, elapsed=0.0):
+    def __init__(self, max_seconds=None, elapsed=0.0, agree=None):
         super().__init__()
         if max_seconds is not None and not max_seconds > 0:
             raise ValueError(f"max_seconds must be > 0. Received: {max_seconds!r}")
         self.max_seconds = max_seconds
+        self.agree = agree
         self._before = float(elapsed)
         self._start = None
 
@@ -40,7 +45,13 @@ class TimeBudget(keras.callbacks.Callback):
 
     @property
     def exhausted(self):
-        return self.max_seconds is not None and self.elapsed >= self.max_seconds
+        """Whether the budget is spent: this process's clock, or, with
+        ``agree``, the verdict all processes share (a collective: every
+        process must ask at the same point)."""
+        spent = self.max_seconds is not None and self.elapsed >= self.max_seconds
+        if self.agree is not None and self.max_seconds is not None:
+            spent = self.agree(spent)
+        return spent
 
     def on_train_begin(self, logs=None):
         self._start = time.monotonic()
@@ -70,11 +81,15 @@ class Checkpointer(keras.callbacks.Callback):
         keep: int or None, how many checkpoints to keep.
         budget: optional ``TimeBudget`` whose ``elapsed`` is recorded.
         extra_state: optional dict merged into every ``state.json``.
+        write: False to keep the state of each checkpoint without writing
+            it (the processes other than 0 of a multi-process run).
 
     Attributes:
         first_batch: batches of the current epoch trained before this ``fit``
             (set it before a ``fit`` that resumes mid-epoch).
         last_path: the newest checkpoint written.
+        last_state: the ``state.json`` of the newest checkpoint (written or
+            not).
     """
 
     def __init__(
@@ -85,8 +100,11 @@ class Checkpointer(keras.callbacks.Callback):
         keep=None,
         budget=None,
         extra_state=None,
+        write=True,
     ):
         super().__init__()
+        self.write = bool(write)
+        self.last_state = None
         self.directory = directory
         self.epoch_length = int(epoch_length)
         self.every_steps = every_steps
@@ -134,9 +152,11 @@ class Checkpointer(keras.callbacks.Callback):
         )
         if logs:
             state["logs"] = {k: float(v) for k, v in logs.items()}
-        self.last_path = checkpoints.save_checkpoint(
-            self.model, self.directory, state, keep=self.keep
-        )
+        self.last_state = state
+        if self.write:
+            self.last_path = checkpoints.save_checkpoint(
+                self.model, self.directory, state, keep=self.keep
+            )
 
 
 class ProgressLog(keras.callbacks.Callback):

@@ -28,6 +28,8 @@ import uuid
 import keras
 import numpy as np
 
+from keras_transformer import cluster
+
 WEIGHTS_FILE = "model.weights.h5"
 STATE_FILE = "state.json"
 _PREFIX = "step-"
@@ -125,7 +127,10 @@ def save_checkpoint(model, directory, state, keep=None):
     final = os.path.join(directory, name)
     tmp = os.path.join(directory, _TMP_PREFIX + name)
     os.makedirs(tmp)
-    model.save_weights(os.path.join(tmp, WEIGHTS_FILE))
+    # One process may save while others train (multi-process data parallel):
+    # nothing Keras creates while saving may be placed across processes.
+    with cluster.without_distribution():
+        model.save_weights(os.path.join(tmp, WEIGHTS_FILE))
     write_json_atomic(os.path.join(tmp, STATE_FILE), state)
     _fsync_dir(tmp)
     if os.path.exists(final):

@@ -7,10 +7,12 @@
   distribution. Variables are replicated on every device, each input batch is
   sharded along its first axis, and the whole step is one ``jax.jit`` over the
   global batch, so losses and gradients are those of the global batch.
-  With ``KERAS_DISTRIBUTION_JOB_ADDRESSES`` set (several hosts),
-  ``keras.distribution.initialize()`` joins the cluster first; then
-  ``data_parallel()`` must come before any other JAX work, and each process
-  feeds its own share of every global batch.
+  With ``KERAS_DISTRIBUTION_JOB_ADDRESSES`` set (several processes or
+  hosts), ``keras_transformer.cluster.join()`` joins the cluster first (the
+  variables of ``keras.distribution.initialize()``); then ``data_parallel()``
+  must come before any other JAX work, and each process feeds its own share
+  of every global batch (Keras' ``auto_shard_dataset`` is off: it shards only
+  a ``tf.data.Dataset``).
 - **TensorFlow**: ``tf.distribute.MirroredStrategy`` over all local GPUs (the
   CPU if there are none). Within ``fit``/``evaluate`` each replica runs the
   step on its slice of the batch and the gradients are summed across
@@ -38,6 +40,9 @@ import contextlib
 import os
 
 import keras
+import numpy as np
+
+from keras_transformer import cluster
 
 
 class DataParallelSetup:
@@ -51,14 +56,26 @@ class DataParallelSetup:
             every batch's rows must be a multiple of it.
         description: str, e.g. ``"JAX DataParallel over 4 cpu devices"``.
         backend: str, the Keras backend it was set up for.
+        process_index, num_processes: this process's index and how many
+            processes train together (``0, 1`` on one process). With
+            several, each feeds rows ``[i·r/n, (i+1)·r/n)`` of every global
+            batch of ``r`` rows (``BucketedDataset(process_shard=(i, n))``).
     """
 
-    def __init__(self, num_replicas, description, backend, scope, close):
+    def __init__(
+        self, num_replicas, description, backend, scope, close, process=(0, 1)
+    ):
         self.num_replicas = int(num_replicas)
         self.description = description
         self.backend = backend
+        self.process_index, self.num_processes = (int(p) for p in process)
         self._scope = scope
         self._close = close
+
+    @property
+    def is_chief(self):
+        """Whether this is process 0, the one that writes files and logs."""
+        return self.process_index == 0
 
     def scope(self):
         """Context manager to build **and** compile the model in.
@@ -133,11 +150,16 @@ def _jax_data_parallel():
     # Multi-host: must join the cluster before JAX sees its devices, or
     # list_devices() would return this host's devices only.
     if os.environ.get("KERAS_DISTRIBUTION_JOB_ADDRESSES"):
-        keras.distribution.initialize()
+        cluster.join()
     devices = keras.distribution.list_devices()
     previous = keras.distribution.distribution()
+    # Several processes: each gives fit() its own share of every batch
+    # (Keras' auto-sharding takes a tf.data.Dataset only), and Keras joins
+    # the shares into the global batch (make_array_from_process_local_data).
     keras.distribution.set_distribution(
-        keras.distribution.DataParallel(devices=devices)
+        keras.distribution.DataParallel(
+            devices=devices, auto_shard_dataset=cluster.process_count() == 1
+        )
     )
 
     def restore():
@@ -145,12 +167,139 @@ def _jax_data_parallel():
 
     kind = devices[0].split(":")[0]
     description = f"JAX DataParallel over {len(devices)} {kind} devices"
-    processes = keras.distribution.distribution().num_processes
+    processes = cluster.process_count()
     if processes > 1:
         description += f" in {processes} processes"
     return DataParallelSetup(
-        len(devices), description, "jax", contextlib.nullcontext, restore
+        len(devices),
+        description,
+        "jax",
+        contextlib.nullcontext,
+        restore,
+        process=(_jax_process_index(), processes),
     )
+
+
+def _jax_process_index():
+    import jax
+
+    return jax.process_index()
+
+
+# Megatron-style tensor parallelism (Shoeybi et al., 2019) for the variables
+# of build_model, by path: the first product of each pair is split by columns
+# (each device computes whole heads, or a slice of the d_ff hidden units), the
+# second by rows, so each pair needs one sum across the model axis. The
+# embedding, shared with the pre-softmax projection (§3.4), is split along
+# d_model. Layer norms and output biases are small and replicated.
+# Keys are regular expressions that must match a variable's whole path
+# (Keras' LayoutMap uses re.fullmatch).
+MODEL_PARALLEL_LAYOUT = {
+    r".*embeddings": (None, "model"),
+    r".*/(query|key|value)/kernel": (None, "model"),
+    r".*/(query|key|value)/bias": ("model",),
+    r".*/attention_output/kernel": ("model", None),
+    r".*/ffn_inner/kernel": (None, "model"),
+    r".*/ffn_inner/bias": ("model",),
+    r".*/ffn_outer/kernel": ("model", None),
+}
+
+
+def model_parallel(model_axis):
+    """Shard the weights over ``model_axis`` devices and the batch over the rest.
+
+    JAX only: ``keras.distribution.ModelParallel`` over a ``(batch, model)``
+    mesh of all devices (``len(devices) // model_axis`` rows), with the
+    layouts of ``MODEL_PARALLEL_LAYOUT``: each device holds about
+    ``1 / model_axis`` of the attention and feed-forward kernels and of the
+    embedding. ``num_heads``, ``d_model`` and ``d_ff`` must be multiples of
+    ``model_axis``. Build the model after this call (variables take their
+    layout when they are created).
+
+    Args:
+        model_axis: int >= 1 dividing the number of devices.
+
+    Returns:
+        A ``DataParallelSetup`` whose ``num_replicas`` is the size of the
+        batch axis (every batch's rows must be a multiple of it).
+
+    Raises:
+        NotImplementedError: on backends other than JAX.
+        ValueError: if ``model_axis`` does not divide the number of devices.
+    """
+    backend = keras.backend.backend()
+    if backend != "jax":
+        raise NotImplementedError(
+            f"Model parallelism uses keras.distribution.ModelParallel, which "
+            f"Keras {keras.__version__} implements for JAX only; the backend "
+            f"is {backend}. Use KERAS_BACKEND=jax."
+        )
+    if os.environ.get("KERAS_DISTRIBUTION_JOB_ADDRESSES"):
+        cluster.join()
+    devices = keras.distribution.list_devices()
+    if isinstance(model_axis, bool) or not isinstance(model_axis, int):
+        raise TypeError(f"model_axis must be an int. Received: {model_axis!r}")
+    if model_axis < 1 or len(devices) % model_axis:
+        raise ValueError(
+            f"model_axis must be >= 1 and divide the number of devices "
+            f"({len(devices)}). Received: {model_axis}"
+        )
+    mesh = keras.distribution.DeviceMesh(
+        (len(devices) // model_axis, model_axis), ["batch", "model"], devices
+    )
+    layout_map = keras.distribution.LayoutMap(mesh)
+    for pattern, axes in MODEL_PARALLEL_LAYOUT.items():
+        layout_map[pattern] = axes
+    previous = keras.distribution.distribution()
+    keras.distribution.set_distribution(
+        keras.distribution.ModelParallel(
+            layout_map=layout_map,
+            batch_dim_name="batch",
+            auto_shard_dataset=cluster.process_count() == 1,
+        )
+    )
+
+    def restore():
+        keras.distribution.set_distribution(previous)
+
+    batch = len(devices) // model_axis
+    description = (
+        f"JAX ModelParallel over {len(devices)} {devices[0].split(':')[0]} devices: "
+        f"weights split {model_axis} ways, batches {batch} ways"
+    )
+    processes = cluster.process_count()
+    if processes > 1:
+        description += f", in {processes} processes"
+    return DataParallelSetup(
+        batch,
+        description,
+        "jax",
+        contextlib.nullcontext,
+        restore,
+        process=(_jax_process_index(), processes),
+    )
+
+
+def weight_bytes_per_device(model):
+    """``{device: bytes}`` of ``model``'s weights (not the optimizer's) held by
+    each of this process's devices (JAX); ``{"all": bytes}`` elsewhere.
+    Their sum over one copy: ``weight_bytes(model)``."""
+    if keras.backend.backend() != "jax":
+        return {"all": sum(_nbytes(w) for w in model.weights)}
+    held = {}
+    for weight in model.weights:
+        for shard in weight.value.addressable_shards:
+            held[str(shard.device)] = held.get(str(shard.device), 0) + shard.data.nbytes
+    return held
+
+
+def weight_bytes(model):
+    """Bytes of one whole copy of ``model``'s weights."""
+    return sum(_nbytes(w) for w in model.weights)
+
+
+def _nbytes(weight):
+    return int(np.prod(weight.shape)) * np.dtype(weight.dtype).itemsize
 
 
 def _tensorflow_data_parallel():

@@ -248,6 +248,44 @@ def test_rows_multiple_for_data_parallel_replicas():
 
 
 @pytest.mark.once
+def test_process_shards_are_the_row_blocks_of_the_whole_batch():
+    src, tgt = skewed_corpus()
+    boundaries = [8, 16, 24, 40, 64]
+    whole = BucketedDataset(src, tgt, 256, boundaries, rows_multiple=4, seed=3)
+    shards = [
+        BucketedDataset(
+            src, tgt, 256, boundaries, rows_multiple=4, seed=3, process_shard=(i, 2)
+        )
+        for i in range(2)
+    ]
+    for epoch_of in (lambda d: d, lambda d: d.epoch_view(2, skip=3)):
+        full, parts = epoch_of(whole), [epoch_of(d) for d in shards]
+        assert all(len(p) == len(full) for p in parts)
+        for index in range(len(full)):
+            (x, y), pieces = full[index], [p[index] for p in parts]
+            assert all(len(py) == len(y) // 2 for _, py in pieces)
+            np.testing.assert_array_equal(np.concatenate([py for _, py in pieces]), y)
+            for name in x:
+                joined = np.concatenate([px[name] for px, _ in pieces])
+                np.testing.assert_array_equal(joined, x[name])
+            # Progress counts the whole batch's tokens on every process.
+            assert parts[1].target_tokens(index) == full.target_tokens(index)
+
+
+@pytest.mark.once
+@pytest.mark.parametrize(
+    "shard, rows_multiple, error",
+    [((2, 2), 4, ValueError), ((0, 3), 4, ValueError), ("ab", 4, TypeError)],
+)
+def test_bad_process_shards_are_refused(shard, rows_multiple, error):
+    src, tgt = skewed_corpus(20)
+    with pytest.raises(error, match="process_shard|process shards"):
+        BucketedDataset(
+            src, tgt, 256, [8, 64], rows_multiple=rows_multiple, process_shard=shard
+        )
+
+
+@pytest.mark.once
 def test_rows_multiple_default_is_plain_budget():
     src, tgt = skewed_corpus()
     boundaries = [8, 16, 24, 40, 64]

@@ -190,3 +190,32 @@ def test_checkpointer_records_position(tmp_path):
         model.fit(x, y, batch_size=2, epochs=1, callbacks=[checkpointer], verbose=0)
         state = checkpoints.read_state(checkpointer.last_path)
         assert (state["epoch"], state["batch"]) == expected
+        assert checkpointer.last_state == state
+
+    # write=False (the processes other than 0 of a multi-process run): the
+    # same states, kept in memory, and nothing on disk.
+    quiet = Checkpointer(tmp_path / "none", epoch_length=4, every_steps=1, write=False)
+    model.fit(x, y, batch_size=2, epochs=1, callbacks=[quiet], verbose=0)
+    assert not (tmp_path / "none").exists() and quiet.last_path is None
+    assert (quiet.last_state["epoch"], quiet.last_state["batch"]) == (1, 0)
+
+
+@pytest.mark.slow
+@pytest.mark.once
+def test_time_budget_acts_on_the_agreed_verdict():
+    """With ``agree``, every process stops when process 0's clock says so,
+    whatever its own says."""
+    model = small_model()
+    x, y = batch(rows=8)
+    asked = []
+
+    def process_0_says(spent, verdict):
+        asked.append(spent)
+        return verdict
+
+    for own, verdict, batches in ((1e-6, False, 4), (1e6, True, 1)):
+        budget = TimeBudget(own, agree=lambda s, v=verdict: process_0_says(s, v))
+        model.fit(x, y, batch_size=2, epochs=1, callbacks=[budget], verbose=0)
+        assert len(asked) == batches and asked[0] == (own < 1)
+        assert budget.exhausted is verdict
+        asked.clear()

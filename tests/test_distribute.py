@@ -255,3 +255,41 @@ def test_torch_has_no_data_parallel():
     )
     with pytest.raises(NotImplementedError, match=message):
         kt.data_parallel()
+
+
+def test_one_process_is_its_own_chief():
+    """keras_transformer.cluster on one process: identities, and process 0."""
+    from keras_transformer import cluster
+
+    assert cluster.process_count() == 1 and cluster.is_chief()
+    value = {"a": [1, 2.5, None], "b": "ü"}
+    assert cluster.broadcast(value) == value
+    assert cluster.broadcast_bytes(b"\x00\xff") == b"\x00\xff"
+    assert cluster.broadcast_flag(1) is True
+    before = keras.distribution.distribution() if BACKEND == "jax" else None
+    with cluster.without_distribution():
+        if BACKEND == "jax":
+            assert keras.distribution.distribution() is None
+    if BACKEND == "jax":
+        assert keras.distribution.distribution() is before
+
+
+@pytest.mark.once
+@pytest.mark.parametrize(
+    "variables, match",
+    [
+        ({"KERAS_DISTRIBUTION_PROCESS_ID": "2"}, r"must be in \[0, 2\)"),
+        ({"KERAS_DISTRIBUTION_PROCESS_ID": "x"}, "must be this process's index"),
+        ({"KERAS_DISTRIBUTION_NUM_PROCESSES": "3"}, "must list the coordinator"),
+    ],
+)
+def test_a_malformed_cluster_is_refused_before_joining(monkeypatch, variables, match):
+    from keras_transformer import cluster
+
+    monkeypatch.setenv("KERAS_DISTRIBUTION_JOB_ADDRESSES", "127.0.0.1:1,127.0.0.1:2")
+    monkeypatch.setenv("KERAS_DISTRIBUTION_PROCESS_ID", "0")
+    monkeypatch.delenv("KERAS_DISTRIBUTION_NUM_PROCESSES", raising=False)
+    for name, value in variables.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(ValueError, match=match):
+        cluster.join()

@@ -32,6 +32,7 @@ COMMANDS = (
     "kt-benchmark",
     "kt-benchmark-decoding",
     "kt-keras-hub-recipe",
+    "kt-launch",
 )
 SMALL_RUN = [
     "--task", "numbers", "--train-size", "200", "--val-size", "8",

@@ -53,7 +53,8 @@ def test_no_layer_is_looked_up_by_name():
 def test_backend_imports_in_one_module():
     """TensorFlow, JAX and PyTorch are imported by backend.py, and by the two
     modules about per-backend trainer behaviour (fault safety, data
-    parallelism); ``kt-benchmark`` compares with native PyTorch and reads each
+    parallelism) and the one about several JAX processes (``cluster.py``);
+    ``kt-benchmark`` compares with native PyTorch and reads each
     framework's device memory, ``kt-train`` checks that TensorBoard's
     TensorFlow is there before it writes logs, and the commands start
     TensorFlow with its C++ logs silenced (``commands/__init__.py``)."""
@@ -61,6 +62,7 @@ def test_backend_imports_in_one_module():
         "backend.py",
         "_fault_safe.py",
         "distribute.py",
+        "cluster.py",
         "commands/__init__.py",
         "commands/benchmark.py",
         "commands/train.py",

@@ -26,6 +26,7 @@ before anything is written.
 """
 
 import argparse
+import base64
 import contextlib
 import dataclasses
 import json
@@ -40,7 +41,7 @@ import numpy as np
 
 import keras_transformer as kt
 from keras_transformer import backend as kt_backend
-from keras_transformer import checkpoints
+from keras_transformer import checkpoints, cluster
 from keras_transformer import data as ktd
 from keras_transformer.callbacks import Checkpointer, ProgressLog, TimeBudget
 from keras_transformer.cli import add_search_arguments, non_negative_float
@@ -153,6 +154,13 @@ def parse_args(argv=None):
     )
     _add_precision_and_checkpoints(parser)
     parser.add_argument("--data-parallel", action="store_true")
+    parser.add_argument(
+        "--model-parallel",
+        type=int,
+        metavar="K",
+        help="JAX: split the attention and feed-forward weights and the "
+        "embedding over K devices (Megatron-style), the batch over the rest",
+    )
     parser.add_argument("--seed", type=int, default=0)
     _add_split_sizes(parser)
     parser.add_argument("--max-lines", type=int, help="--data: use the first N")
@@ -544,7 +552,8 @@ def clear_out(out):
 
 
 def log(message):
-    print(message, flush=True)
+    if cluster.is_chief():  # one process speaks for a multi-process run
+        print(message, flush=True)
 
 
 def train(args):
@@ -559,8 +568,13 @@ def train(args):
 def _train(args, opened):
     # Everything that can fail on bad input or settings comes before the
     # first write, so that the corrected command starts from a clean --out.
+    # With several processes (multi-process data parallel) all of them read
+    # and train, process 0 alone decides what the others must agree on (the
+    # run's state, the tokenizer, when to stop) and writes.
     data = load_data(args)
-    run = prepare_out(args)
+    replicas, scope, shard = _parallel(args, opened)
+    chief = cluster.is_chief()
+    run = _agreed(lambda: prepare_out(args))
     out = args.out
     resuming = run is not None
     if resuming and run["status"] != "running":
@@ -569,28 +583,19 @@ def _train(args, opened):
             "writing the report, no training"
         )
         trained = run.get("trained_seconds", 0.0)
-        return os.path.join(out, TRANSLATOR_FILE), data, trained
-    replicas, scope = _parallel(args, opened)
+        return (os.path.join(out, TRANSLATOR_FILE), data, trained) if chief else None
     keras.utils.set_random_seed(args.seed)
     keras.config.set_dtype_policy(args.mixed_precision or "float32")
     tokenizer, proto = _tokenizer(args, resuming, data["train"])
     config = model_config(args)
     dataset, val_dataset, boundaries = _datasets(
-        args, tokenizer, data, config, replicas
+        args, tokenizer, data, config, replicas, shard
     )
-    run = _start_run(args, run if resuming else None, proto)
+    if chief:
+        run = _start_run(args, run if resuming else None, proto)
 
     with scope if scope is not None else contextlib.nullcontext():
-        model = kt.build_model(
-            config, src_vocab_size=tokenizer.vocabulary_size(), share_embeddings=True
-        )
-        model.compile(
-            optimizer=kt.transformer_optimizer(
-                config.d_model, args.warmup_steps, args.lr_scale, args.accumulate or 1
-            ),
-            loss=kt.LabelSmoothedCrossEntropy(label_smoothing=args.label_smoothing),
-            metrics=[kt.MaskedAccuracy()],
-        )
+        model = _compiled_model(args, config, tokenizer)
     per_update = f", one update per {args.accumulate}" if args.accumulate else ""
     log(
         f"model: {args.config} {_describe(config)}, "
@@ -599,9 +604,24 @@ def _train(args, opened):
         f"{len(dataset)} batches of <= {args.batch_tokens} tokens per epoch"
         f"{per_update}, buckets {boundaries}"
     )
+    if args.model_parallel:
+        held = kt.distribute.weight_bytes_per_device(model).values()
+        total = kt.distribute.weight_bytes(model)
+        log(
+            f"weights per device: {max(held) / 2**20:,.1f} MiB of "
+            f"{total / 2**20:,.1f} MiB ({max(held) / total:.0%})"
+        )
     ckpt_dir = os.path.join(out, CHECKPOINTS_DIR)
+    # Every process loads the checkpoint (from the --out they share): a
+    # variable's value is set on all processes' devices at once.
     state = _resume_state(model, ckpt_dir) if resuming else None
     trained = _fit(args, run, model, dataset, val_dataset, ckpt_dir, state)
+    if not chief:
+        return None  # the rest is process 0's alone
+    if cluster.process_count() > 1:
+        for setup in opened:  # what follows runs on this process's devices
+            setup.close()
+        model = _single_process_copy(args, config, tokenizer, model)
     if args.average_last > 1:
         _average(args, model, ckpt_dir)
 
@@ -617,19 +637,88 @@ def _train(args, opened):
 
 
 def _parallel(args, opened):
-    """``(replicas, scope)`` of ``--data-parallel``; ``(1, None)`` without."""
-    if not args.data_parallel:
-        return 1, None
+    """``(replicas, scope, process_shard)`` of ``--data-parallel``;
+    ``(1, None, (0, 1))`` without."""
+    if not args.data_parallel and not args.model_parallel:
+        return 1, None, (0, 1)
     try:
-        parallel = kt.data_parallel()
+        if args.model_parallel:
+            parallel = kt.model_parallel(args.model_parallel)
+        else:
+            parallel = kt.data_parallel()
     except (ValueError, NotImplementedError) as error:
         raise UsageError(str(error)) from None
     opened.append(parallel)
-    log(f"data parallel: {parallel.description}")
-    return parallel.num_replicas, parallel.scope()
+    log(
+        f"{'model' if args.model_parallel else 'data'} parallel: {parallel.description}"
+    )
+    shard = (parallel.process_index, parallel.num_processes)
+    return parallel.num_replicas, parallel.scope(), shard
+
+
+def _agreed(decide):
+    """``decide()`` on process 0, its value (JSON) or its ``UsageError`` on
+    every process; just ``decide()`` on one process."""
+    if cluster.process_count() == 1:
+        return decide()
+    outcome, error = None, None
+    if cluster.is_chief():
+        try:
+            outcome = {"value": decide()}
+        except UsageError as raised:
+            outcome, error = {"error": str(raised)}, raised
+    outcome = cluster.broadcast(outcome)
+    if error is not None:
+        raise error
+    if "error" in outcome:
+        raise UsageError(f"(process 0) {outcome['error']}")
+    return outcome["value"]
+
+
+def _compiled_model(args, config, tokenizer):
+    model = kt.build_model(
+        config, src_vocab_size=tokenizer.vocabulary_size(), share_embeddings=True
+    )
+    model.compile(
+        optimizer=kt.transformer_optimizer(
+            config.d_model, args.warmup_steps, args.lr_scale, args.accumulate or 1
+        ),
+        loss=kt.LabelSmoothedCrossEntropy(label_smoothing=args.label_smoothing),
+        metrics=[kt.MaskedAccuracy()],
+    )
+    return model
+
+
+def _single_process_copy(args, config, tokenizer, model):
+    """``model`` (its weights, its step) on this process alone: the trained
+    one's variables span every process's devices, and setting them (as
+    averaging does) would wait for the other processes, which have ended."""
+    copy = _compiled_model(args, config, tokenizer)
+    copy.optimizer.build(copy.trainable_variables)
+    copy.set_weights(model.get_weights())
+    copy.optimizer.iterations.assign(_steps(model))
+    return copy
 
 
 def _tokenizer(args, resuming, train):
+    """``_own_tokenizer``'s, process 0's on every process (their SentencePiece
+    trainings need not agree, and only process 0 writes it)."""
+    if cluster.process_count() == 1:
+        return _own_tokenizer(args, resuming, train)
+
+    def on_chief():
+        _, proto = _own_tokenizer(args, resuming, train)
+        if proto is None:
+            with open(os.path.join(args.out, TOKENIZER_FILE), "rb") as file:
+                return {"saved": base64.b64encode(file.read()).decode()}
+        return {"new": base64.b64encode(proto).decode()}
+
+    got = _agreed(on_chief)
+    proto = base64.b64decode(got.get("new") or got["saved"])
+    return ktd.make_tokenizer(proto), proto if "new" in got else None
+
+
+def _own_tokenizer(args, resuming, train):
     """``(tokenizer, proto)``: trained once on source + target text (one joint
     vocabulary, §5.1) and kept in --out, so that a resumed run uses the very
     same ids. ``proto`` is that of a new tokenizer, to be written once the
@@ -647,8 +736,9 @@ def _tokenizer(args, resuming, train):
     return tokenizer, proto
 
 
-def _datasets(args, tokenizer, data, config, replicas):
-    """``(train, validation, boundaries)``: batches by length (§5.1)."""
+def _datasets(args, tokenizer, data, config, replicas, shard=(0, 1)):
+    """``(train, validation, boundaries)``: batches by length (§5.1), this
+    process's ``shard`` of each."""
     train_src, train_tgt = data["train"]
     src_ids = ktd.encode(tokenizer, train_src)
     tgt_ids = ktd.encode(tokenizer, train_tgt, add_end=False)
@@ -670,6 +760,7 @@ def _datasets(args, tokenizer, data, config, replicas):
         boundaries,
         seed=args.seed,
         rows_multiple=replicas,
+        process_shard=shard,
     )
     if len(dataset) == 0:
         raise UsageError(
@@ -689,6 +780,7 @@ def _datasets(args, tokenizer, data, config, replicas):
         boundaries,
         shuffle=False,
         rows_multiple=replicas,
+        process_shard=shard,
     )
     return dataset, val_dataset, boundaries
 
@@ -739,9 +831,11 @@ def _fit(args, run, model, dataset, val_dataset, ckpt_dir, state):
     """Train until ``--epochs`` or ``--max-minutes``, from ``state`` (a
     checkpoint's, or None); returns the seconds trained in all."""
     state = state or {"epoch": 0, "batch": 0, "elapsed_seconds": 0.0}
+    chief, several = cluster.is_chief(), cluster.process_count() > 1
     budget = TimeBudget(
         None if args.max_minutes is None else 60 * args.max_minutes,
         elapsed=state["elapsed_seconds"] or 0.0,
+        agree=cluster.broadcast_flag if several else None,  # process 0's clock
     )
     checkpointer = Checkpointer(
         ckpt_dir,
@@ -749,18 +843,24 @@ def _fit(args, run, model, dataset, val_dataset, ckpt_dir, state):
         every_steps=args.checkpoint_steps,
         keep=_keep(args),
         budget=budget,
+        write=chief,
     )
-    callbacks = [budget, checkpointer, _Progress(args.epochs)]
+    callbacks = [budget, checkpointer]
     verbose = args.verbose
     verbose = (1 if sys.stdout.isatty() else 2) if verbose == "auto" else int(verbose)
     # Not on a terminal Keras prints one line per epoch: lines in between.
     lines = ProgressLog(every=args.progress_seconds, budget=budget)
-    if verbose == 2:
-        callbacks.append(lines)
-    tensorboard = _tensorboard(os.path.join(args.out, LOGS_DIR))
-    if tensorboard is not None:
-        callbacks.append(tensorboard)
-    will_create(args.out, run, CHECKPOINTS_DIR, *([LOGS_DIR] if tensorboard else []))
+    if not chief:
+        verbose = 0
+    else:
+        callbacks.append(_Progress(args.epochs))
+        if verbose == 2:
+            callbacks.append(lines)
+        tensorboard = _tensorboard(os.path.join(args.out, LOGS_DIR))
+        if tensorboard is not None:
+            callbacks.append(tensorboard)
+        logs = [LOGS_DIR] if tensorboard else []
+        will_create(args.out, run, CHECKPOINTS_DIR, *logs)
     # One fit() per epoch, each on that epoch's fixed order of batches: a
     # resumed epoch then serves exactly the batches not trained yet.
     epoch, skip = state["epoch"], state["batch"]
@@ -777,7 +877,7 @@ def _fit(args, run, model, dataset, val_dataset, ckpt_dir, state):
             verbose=verbose,
             shuffle=False,
         )
-        epoch, skip = _position(checkpointer.last_path)
+        epoch, skip = checkpointer.last_state["epoch"], checkpointer.last_state["batch"]
     reason = "time budget" if budget.exhausted else f"{args.epochs} epochs"
     log(f"trained {budget.elapsed:.0f} s ({reason}), {_steps(model)} steps")
     return budget.elapsed
@@ -840,11 +940,6 @@ def _train_tokenizer(args, texts):
 
 def _skipping(error):
     log(f"skipping checkpoint {error.path}: {error.reason}")
-
-
-def _position(path):
-    state = checkpoints.read_state(path)
-    return state["epoch"], state["batch"]
 
 
 def _steps(model):
@@ -1001,8 +1096,10 @@ def main(argv=None):
     args = parse_args(argv)
     start_tensorflow()  # quietly, before the tokenizer needs it
     try:
-        path, data, trained = train(args)
-        return report(path, data, trained, args)
+        trained = train(args)
+        if trained is None:
+            return None  # a process other than 0 of a multi-process run
+        return report(*trained, args)
     except UsageError as error:
         print(f"kt-train: error: {error}", file=sys.stderr)
         raise SystemExit(2) from None
@@ -1020,3 +1117,7 @@ def command():
     """The installed ``kt-train`` command (``[project.scripts]``); ``main``
     returns what it did, for callers in Python."""
     main()
+
+
+if __name__ == "__main__":  # kt-launch starts the processes this way
+    command()

@@ -139,10 +139,11 @@ class _FixedOrder(keras.utils.PyDataset):
     is redrawn at every epoch end.
     """
 
-    def __init__(self, plan, order, **kwargs):
+    def __init__(self, plan, order, process_shard=(0, 1), **kwargs):
         super().__init__(**kwargs)
         self._plan = plan
         self._order = order
+        self.process_shard = _check_shard(process_shard, plan.rows_multiple)
 
     def __len__(self):
         return len(self._order)
@@ -150,7 +151,16 @@ class _FixedOrder(keras.utils.PyDataset):
     def __getitem__(self, index):
         if not 0 <= index < len(self._order):
             raise IndexError(f"Batch index {index} out of range [0, {len(self)}).")
-        return self._plan.batch(self._order[index])
+        inputs, labels = self._plan.batch(self._order[index])
+        shard, shards = self.process_shard
+        if shards == 1:
+            return inputs, labels
+        # This process's rows of the global batch (rows_multiple makes every
+        # batch split evenly): Keras joins the processes' shares, in process
+        # order, into the batch that the one jitted step sees.
+        rows = len(labels) // shards
+        part = slice(shard * rows, (shard + 1) * rows)
+        return {k: v[part] for k, v in inputs.items()}, labels[part]
 
     def target_tokens(self, index):
         """Target tokens (END included, padding not) of batch ``index``."""
@@ -180,6 +190,11 @@ class BucketedDataset(_FixedOrder):
     Args:
         src_ids, tgt_ids, batch_tokens, boundaries, drop_longer,
             rows_multiple: as for ``make_batches``.
+        process_shard: ``(i, n)``: serve only the ``i``-th of ``n`` equal
+            row blocks of every batch, for process ``i`` of ``n`` training
+            one model (multi-process data parallel). ``rows_multiple`` must
+            be a multiple of ``n``. The batches, their order and
+            ``target_tokens`` stay those of the whole batch.
         shuffle: reshuffle every epoch (False: the fixed order of
             ``make_batches(shuffle=False)``, e.g. for validation data).
         seed: int seed.
@@ -202,6 +217,7 @@ class BucketedDataset(_FixedOrder):
         seed=0,
         drop_longer=True,
         rows_multiple=1,
+        process_shard=(0, 1),
         **kwargs,
     ):
         plan = _BucketPlan(
@@ -211,7 +227,7 @@ class BucketedDataset(_FixedOrder):
         self.shuffle = bool(shuffle)
         self.seed = int(seed)
         self.epoch = 0
-        super().__init__(plan, None, **kwargs)
+        super().__init__(plan, None, process_shard, **kwargs)
         self._order = self._epoch_order(self.epoch)
 
     def _epoch_order(self, epoch):
@@ -246,7 +262,7 @@ class BucketedDataset(_FixedOrder):
         order = self._epoch_order(epoch)[skip:]
         if skip and backend.fixes_input_signature_from_first_batches():
             order = _shortest_and_longest_first(order)
-        return _FixedOrder(self._plan, order)
+        return _FixedOrder(self._plan, order, self.process_shard)
 
 
 def padding_fraction(batches):
@@ -273,6 +289,25 @@ def _check_positive_int(value, name):
         raise TypeError(f"{name} must be an int. Received: {name}={value!r}")
     if value < 1:
         raise ValueError(f"{name} must be >= 1. Received: {name}={value!r}")
+
+
+def _check_shard(process_shard, rows_multiple):
+    try:
+        shard, shards = (int(v) for v in process_shard)
+    except (TypeError, ValueError):
+        raise TypeError(
+            f"process_shard must be a pair of ints (i, n). Received: {process_shard!r}"
+        ) from None
+    if not 0 <= shard < shards:
+        raise ValueError(
+            f"process_shard (i, n) needs 0 <= i < n. Received: {process_shard!r}"
+        )
+    if rows_multiple % shards:
+        raise ValueError(
+            f"rows_multiple ({rows_multiple}) must be a multiple of the number of "
+            f"process shards ({shards}), so that every batch splits evenly."
+        )
+    return shard, shards
 
 
 def _id_lists(rows, name):
@@ -327,6 +362,7 @@ class _BucketPlan:
         _check_positive_int(boundaries[0], "the smallest boundary")
         _check_positive_int(batch_tokens, "batch_tokens")
         _check_positive_int(rows_multiple, "rows_multiple")
+        self.rows_multiple = int(rows_multiple)
         if batch_tokens < boundaries[-1]:
             raise ValueError(
                 f"batch_tokens ({batch_tokens}) must be at least the largest "
