@@ -31,6 +31,7 @@ COMMANDS = (
     "kt-attention",
     "kt-benchmark",
     "kt-benchmark-decoding",
+    "kt-benchmark-data",
     "kt-keras-hub-recipe",
     "kt-launch",
 )

@@ -95,6 +95,7 @@ RESUMABLE_CHANGES = {
 RUN_FILE = "run.json"
 TOKENIZER_FILE = "tokenizer.model"
 TRANSLATOR_FILE = "translator.keras"
+IDS_DIR = "ids"  # --tokenizer-sample's id store
 RESULTS_FILE = "results.json"
 CHECKPOINTS_DIR = "checkpoints"
 LOGS_DIR = "logs"
@@ -145,22 +146,8 @@ def parse_args(argv=None):
         ),
     )
     parser.add_argument("--label-smoothing", type=float, default=0.1)
-    parser.add_argument(
-        "--accumulate",
-        type=int,
-        metavar="N",
-        help="one update per N batches, with their mean gradient (e.g. "
-        "--batch-tokens 3072 --accumulate 8: about the paper's 25,000 tokens)",
-    )
     _add_precision_and_checkpoints(parser)
-    parser.add_argument("--data-parallel", action="store_true")
-    parser.add_argument(
-        "--model-parallel",
-        type=int,
-        metavar="K",
-        help="JAX: split the attention and feed-forward weights and the "
-        "embedding over K devices (Megatron-style), the batch over the rest",
-    )
+    _add_scaling(parser)
     parser.add_argument("--seed", type=int, default=0)
     _add_split_sizes(parser)
     parser.add_argument("--max-lines", type=int, help="--data: use the first N")
@@ -182,6 +169,33 @@ def parse_args(argv=None):
     args = parser.parse_args(argv)
     _check_args(parser, args)
     return args
+
+
+def _add_scaling(parser):
+    """Options for more data, larger batches and more devices (#17)."""
+    parser.add_argument(
+        "--tokenizer-sample",
+        type=int,
+        metavar="N",
+        help="--data larger than memory: train the tokenizer on N pairs drawn "
+        f"from the training split, tokenise it once into {IDS_DIR}/ in --out "
+        "(memory-mapped) and train from there, never holding the text",
+    )
+    parser.add_argument(
+        "--accumulate",
+        type=int,
+        metavar="N",
+        help="one update per N batches, with their mean gradient (e.g. "
+        "--batch-tokens 3072 --accumulate 8: about the paper's 25,000 tokens)",
+    )
+    parser.add_argument("--data-parallel", action="store_true")
+    parser.add_argument(
+        "--model-parallel",
+        type=int,
+        metavar="K",
+        help="JAX: split the attention and feed-forward weights and the "
+        "embedding over K devices (Megatron-style), the batch over the rest",
+    )
 
 
 def _add_precision_and_checkpoints(parser):
@@ -280,6 +294,13 @@ def _check_args(parser, args):
         args.mixed_precision = None
     if args.checkpoint_steps < 1:
         parser.error("--checkpoint-steps must be >= 1")
+    if args.tokenizer_sample is not None:
+        if task != "data":
+            parser.error("--tokenizer-sample is for --data corpora")
+        if args.tokenizer_sample < 1:
+            parser.error("--tokenizer-sample must be >= 1")
+    if args.model_parallel is not None and args.model_parallel < 1:
+        parser.error("--model-parallel must be >= 1")
     if args.accumulate is not None and args.accumulate < 1:
         parser.error("--accumulate must be >= 1")
     if args.accumulate == 1:
@@ -354,6 +375,13 @@ def load_data(args):
     try:
         splits = {}
         for split, name in (("train", "train"), ("val", "validation")):
+            if name == "train" and args.tokenizer_sample:
+                splits[name] = ktd.CorpusFiles(
+                    ktd.split_path(args.data, split, args.source),
+                    ktd.split_path(args.data, split, args.target),
+                    args.max_lines,
+                )
+                continue
             splits[name] = ktd.read_split(
                 args.data, split, args.source, args.target, args.max_lines
             )
@@ -588,10 +616,13 @@ def _train(args, opened):
     keras.config.set_dtype_policy(args.mixed_precision or "float32")
     tokenizer, proto = _tokenizer(args, resuming, data["train"])
     config = model_config(args)
+    streamed = isinstance(data["train"], ktd.CorpusFiles)
+    if chief and streamed:  # the id store is written into --out
+        run = _start_run(args, run if resuming else None, proto)
     dataset, val_dataset, boundaries = _datasets(
-        args, tokenizer, data, config, replicas, shard
+        args, tokenizer, data, config, replicas, shard, run
     )
-    if chief:
+    if chief and not streamed:
         run = _start_run(args, run if resuming else None, proto)
 
     with scope if scope is not None else contextlib.nullcontext():
@@ -727,6 +758,14 @@ def _own_tokenizer(args, resuming, train):
     if resuming and os.path.exists(path):
         return ktd.make_tokenizer(path), None
     start = time.monotonic()
+    if isinstance(train, ktd.CorpusFiles):  # a sample, read in one pass
+        try:
+            train = ktd.sample_pairs(
+                train.source, train.target, args.tokenizer_sample, args.seed,
+                train.max_lines,
+            )  # fmt: skip
+        except ktd.CorpusError as error:
+            raise UsageError(str(error)) from None
     proto = _train_tokenizer(args, train[0] + train[1])
     tokenizer = ktd.make_tokenizer(proto)
     log(
@@ -736,13 +775,19 @@ def _own_tokenizer(args, resuming, train):
     return tokenizer, proto
 
 
-def _datasets(args, tokenizer, data, config, replicas, shard=(0, 1)):
+def _datasets(args, tokenizer, data, config, replicas, shard=(0, 1), run=None):
     """``(train, validation, boundaries)``: batches by length (§5.1), this
     process's ``shard`` of each."""
-    train_src, train_tgt = data["train"]
-    src_ids = ktd.encode(tokenizer, train_src)
-    tgt_ids = ktd.encode(tokenizer, train_tgt, add_end=False)
-    lengths = [max(len(s), len(t) + 1) for s, t in zip(src_ids, tgt_ids, strict=True)]
+    if isinstance(data["train"], ktd.CorpusFiles):
+        store = _id_store(args, data["train"], tokenizer.proto, run)
+        src_ids, tgt_ids = store.source, store.target
+        lengths = np.maximum(src_ids.lengths, tgt_ids.lengths + 1)
+    else:
+        train_src, train_tgt = data["train"]
+        src_ids = ktd.encode(tokenizer, train_src)
+        tgt_ids = ktd.encode(tokenizer, train_tgt, add_end=False)
+        pairs = zip(src_ids, tgt_ids, strict=True)
+        lengths = [max(len(s), len(t) + 1) for s, t in pairs]
     boundaries = args.bucket_lengths or boundaries_for(config.max_length, lengths)
     if args.batch_tokens < boundaries[-1] * replicas:
         raise UsageError(
@@ -783,6 +828,48 @@ def _datasets(args, tokenizer, data, config, replicas, shard=(0, 1)):
         process_shard=shard,
     )
     return dataset, val_dataset, boundaries
+
+
+def _id_store(args, files, proto, run):
+    """The training split's id store in --out: reused when it is complete and
+    of this tokenizer and corpus, else written (by process 0; the others
+    open it once it is there)."""
+    folder = os.path.join(args.out, IDS_DIR)
+
+    def usable():
+        try:
+            store = ktd.IdStore(folder)
+        except (ValueError, OSError):
+            return None
+        info = store.info
+        paths = [os.path.abspath(p) for p in (files.source, files.target)]
+        same = (
+            info["tokenizer"] == ktd.id_store.tokenizer_digest(proto)
+            and [info["source"], info["target"]] == paths
+            and info["max_lines"] == files.max_lines
+        )
+        return store if same else None
+
+    def on_chief():
+        if usable() is None:
+            will_create(args.out, run, IDS_DIR, IDS_DIR + ".partial")
+            start = time.monotonic()
+            try:
+                store = ktd.build_id_store(
+                    files.source, files.target, proto, folder, files.max_lines
+                )
+            except ktd.CorpusError as error:
+                raise UsageError(str(error)) from None
+            log(
+                f"id store: {len(store):,} pairs tokenised into {folder} "
+                f"({time.monotonic() - start:.0f} s)"
+            )
+
+    _agreed(on_chief)
+    store = usable()
+    if store is None:
+        raise UsageError(f"the id store in {folder} does not open")
+    return store
 
 
 def _start_run(args, previous, proto):

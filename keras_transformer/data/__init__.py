@@ -8,10 +8,18 @@ from keras_transformer.data.batching import (
 )
 from keras_transformer.data.corpus import (
     CorpusError,
+    iter_lines,
+    iter_parallel,
     read_lines,
     read_parallel,
     read_split,
     split_path,
+)
+from keras_transformer.data.id_store import (
+    CorpusFiles,
+    IdStore,
+    build_id_store,
+    sample_pairs,
 )
 from keras_transformer.data.numbers import (
     EDGE_NUMBERS,
@@ -45,6 +53,12 @@ __all__ = [
     "WHOLE_WORDS",
     "BucketedDataset",
     "CorpusError",
+    "CorpusFiles",
+    "IdStore",
+    "build_id_store",
+    "iter_lines",
+    "iter_parallel",
+    "sample_pairs",
     "bucket_boundaries",
     "decode",
     "encode",

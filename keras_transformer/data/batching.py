@@ -165,6 +165,9 @@ class _FixedOrder(keras.utils.PyDataset):
     def target_tokens(self, index):
         """Target tokens (END included, padding not) of batch ``index``."""
         _, members = self._order[index]
+        lengths = getattr(self._plan.tgt, "lengths", None)
+        if lengths is not None:
+            return int(lengths[members].sum()) + len(members)
         return sum(len(self._plan.tgt[example]) + 1 for example in members)
 
 
@@ -189,7 +192,9 @@ class BucketedDataset(_FixedOrder):
 
     Args:
         src_ids, tgt_ids, batch_tokens, boundaries, drop_longer,
-            rows_multiple: as for ``make_batches``.
+            rows_multiple: as for ``make_batches``; or ``src_ids`` and
+            ``tgt_ids`` are an ``IdStore``'s ``source`` and ``target``
+            (corpora larger than memory: the ids stay on disk).
         process_shard: ``(i, n)``: serve only the ``i``-th of ``n`` equal
             row blocks of every batch, for process ``i`` of ``n`` training
             one model (multi-process data parallel). ``rows_multiple`` must
@@ -345,14 +350,21 @@ class _BucketPlan:
     def __init__(
         self, src_ids, tgt_ids, batch_tokens, boundaries, drop_longer, rows_multiple=1
     ):
-        self.src = _id_lists(src_ids, "src_ids")
-        self.tgt = _id_lists(tgt_ids, "tgt_ids")
+        stored = hasattr(src_ids, "lengths") and hasattr(tgt_ids, "lengths")
+        if stored:
+            # An IdStore's sides (checked when it was written): kept on disk,
+            # their lengths read from its index.
+            self.src, self.tgt = src_ids, tgt_ids
+        else:
+            self.src = _id_lists(src_ids, "src_ids")
+            self.tgt = _id_lists(tgt_ids, "tgt_ids")
         if len(self.src) != len(self.tgt):
             raise ValueError(
                 "src_ids and tgt_ids must hold the same number of examples. "
                 f"Received: {len(self.src)} and {len(self.tgt)}"
             )
-        self._check_ids()
+        if not stored:
+            self._check_ids()
         boundaries = [int(b) for b in boundaries]
         if not boundaries or boundaries != sorted(set(boundaries)):
             raise ValueError(
@@ -381,10 +393,11 @@ class _BucketPlan:
                 f"{boundaries[-1]}: one row per replica needs batch_tokens >= "
                 f"{rows_multiple * boundaries[-1]}."
             )
-        lengths = np.array(
-            [max(len(s), len(t) + 1) for s, t in zip(self.src, self.tgt, strict=True)],
-            dtype=np.int64,
-        )
+        if stored:
+            lengths = np.maximum(self.src.lengths, self.tgt.lengths + 1)
+        else:
+            pairs = zip(self.src, self.tgt, strict=True)
+            lengths = np.array([max(len(s), len(t) + 1) for s, t in pairs], np.int64)
         # Smallest boundary >= length; len(boundaries) means too long.
         bucket = np.searchsorted(boundaries, lengths, side="left")
         too_long = np.flatnonzero(bucket == len(boundaries))
@@ -444,11 +457,13 @@ class _BucketPlan:
         encoder = np.zeros((rows, length), dtype="int32")
         decoder = np.zeros((rows, length), dtype="int32")
         labels = np.zeros((rows, length), dtype="int32")
+        decoder[: len(members), 0] = START_ID
         for row, example in enumerate(members):
             src, tgt = self.src[example], self.tgt[example]
             encoder[row, : len(src)] = src
-            decoder[row, : len(tgt) + 1] = [START_ID, *tgt]
-            labels[row, : len(tgt) + 1] = [*tgt, END_ID]
+            decoder[row, 1 : len(tgt) + 1] = tgt
+            labels[row, : len(tgt)] = tgt
+            labels[row, len(tgt)] = END_ID
         return {"encoder_inputs": encoder, "decoder_inputs": decoder}, labels
 
 

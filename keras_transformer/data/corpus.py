@@ -60,6 +60,16 @@ def read_lines(path):
             whitespace-only line, bytes that are not UTF-8 (with the line and
             the byte offset in it), or a corrupt or truncated gzip stream.
     """
+    return list(iter_lines(path))
+
+
+def iter_lines(path):
+    """``read_lines`` one line at a time, for files larger than memory.
+
+    Yields:
+        str, each line as ``read_lines`` returns it; the same checks, each
+        raised when its line is reached.
+    """
     path = os.fsdecode(path)
     if os.path.isdir(path):
         raise CorpusError(path, None, "is a directory, not a text file")
@@ -84,26 +94,27 @@ def read_lines(path):
                 "corrupt, or rename it",
             )
         if not compressed:
-            return _read_stream(path, raw, compressed)
+            yield from _read_stream(path, raw, compressed)
+            return
         with gzip.GzipFile(fileobj=raw) as stream:
-            return _read_stream(path, stream, compressed)
+            yield from _read_stream(path, stream, compressed)
 
 
 def _read_stream(path, stream, compressed):
-    lines = []
+    count = 0
     try:
         for number, data in enumerate(stream, 1):
-            lines.append(_decode_line(path, number, data))
+            yield _decode_line(path, number, data)
+            count = number
     except (OSError, EOFError, zlib.error) as error:
         # gzip fails mid-stream with BadGzipFile (an OSError) for a bad
         # header or CRC, EOFError when cut short, zlib.error for damaged data.
         problem = "corrupt or truncated gzip stream" if compressed else "read error"
         raise CorpusError(
-            path, None, f"{problem} after {len(lines)} lines ({error})"
+            path, None, f"{problem} after {count} lines ({error})"
         ) from None
-    if not lines:
+    if not count:
         raise CorpusError(path, None, "empty file (0 lines)")
-    return lines
 
 
 def _decode_line(path, number, data):
@@ -169,6 +180,35 @@ def read_parallel(source_path, target_path):
             f"{longer} but not in {shorter}",
         )
     return sources, targets
+
+
+def iter_parallel(source_path, target_path, max_lines=None):
+    """``read_parallel``'s pairs one at a time (at most ``max_lines``).
+
+    Yields:
+        ``(source, target)`` str pairs.
+
+    Raises:
+        CorpusError: as ``read_parallel``, when the bad line is reached; a
+            difference in length names the first line only one file has.
+    """
+    sources, targets = iter_lines(source_path), iter_lines(target_path)
+    count = 0
+    while max_lines is None or count < max_lines:
+        source, target = next(sources, None), next(targets, None)
+        if source is None and target is None:
+            return
+        count += 1
+        if source is None or target is None:
+            paths = [os.fsdecode(source_path), os.fsdecode(target_path)]
+            longer, shorter = paths if target is None else paths[::-1]
+            raise CorpusError(
+                longer,
+                count,
+                f"the files differ in length: line {count} is in {longer} but "
+                f"not in {shorter}, which has {count - 1} lines",
+            )
+        yield source, target
 
 
 def split_path(data_dir, split, lang):
