@@ -10,7 +10,6 @@ process 0 (the *chief*) and broadcast; only the chief writes files.
 Everything here is a no-op or an identity on one process.
 """
 
-import base64
 import contextlib
 import json
 import os
@@ -87,13 +86,18 @@ def process_count():
     return jax.process_count() if jax.distributed.is_initialized() else 1
 
 
-def is_chief():
-    """Whether this process writes: process 0, or the only one."""
+def process_index():
+    """This process's index, 0 to ``process_count() - 1``."""
     if process_count() == 1:
-        return True
+        return 0
     import jax
 
-    return jax.process_index() == 0
+    return jax.process_index()
+
+
+def is_chief():
+    """Whether this process writes: process 0, or the only one."""
+    return process_index() == 0
 
 
 def broadcast(value):
@@ -113,12 +117,6 @@ def broadcast(value):
         buffer[:] = np.frombuffer(data, "uint8")
     buffer = np.asarray(multihost_utils.broadcast_one_to_all(buffer))
     return json.loads(buffer.tobytes().decode())
-
-
-def broadcast_bytes(data):
-    """Process 0's ``data`` (bytes) on every process (see ``broadcast``)."""
-    text = base64.b64encode(data).decode() if is_chief() else None
-    return base64.b64decode(broadcast(text))
 
 
 def broadcast_flag(flag):

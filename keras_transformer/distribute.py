@@ -147,43 +147,51 @@ def data_parallel():
 
 
 def _jax_data_parallel():
+    devices = _jax_devices()
+    kind = devices[0].split(":")[0]
+    return _jax_setup(
+        keras.distribution.DataParallel(
+            devices=devices, auto_shard_dataset=cluster.process_count() == 1
+        ),
+        len(devices),
+        f"JAX DataParallel over {len(devices)} {kind} devices",
+    )
+
+
+def _jax_devices():
+    """Every process's devices, after joining the cluster if there is one."""
     # Multi-host: must join the cluster before JAX sees its devices, or
     # list_devices() would return this host's devices only.
     if os.environ.get("KERAS_DISTRIBUTION_JOB_ADDRESSES"):
         cluster.join()
-    devices = keras.distribution.list_devices()
+    return keras.distribution.list_devices()
+
+
+def _jax_setup(distribution, num_replicas, description):
+    """Set ``distribution`` as Keras' global one; its ``DataParallelSetup``.
+
+    Several processes: each gives fit() its own share of every batch (Keras'
+    auto-sharding takes a tf.data.Dataset only, hence ``auto_shard_dataset``
+    off there), and Keras joins the shares into the global batch
+    (``make_array_from_process_local_data``).
+    """
     previous = keras.distribution.distribution()
-    # Several processes: each gives fit() its own share of every batch
-    # (Keras' auto-sharding takes a tf.data.Dataset only), and Keras joins
-    # the shares into the global batch (make_array_from_process_local_data).
-    keras.distribution.set_distribution(
-        keras.distribution.DataParallel(
-            devices=devices, auto_shard_dataset=cluster.process_count() == 1
-        )
-    )
+    keras.distribution.set_distribution(distribution)
 
     def restore():
         keras.distribution.set_distribution(previous)
 
-    kind = devices[0].split(":")[0]
-    description = f"JAX DataParallel over {len(devices)} {kind} devices"
     processes = cluster.process_count()
     if processes > 1:
         description += f" in {processes} processes"
     return DataParallelSetup(
-        len(devices),
+        num_replicas,
         description,
         "jax",
         contextlib.nullcontext,
         restore,
-        process=(_jax_process_index(), processes),
+        process=(cluster.process_index(), processes),
     )
-
-
-def _jax_process_index():
-    import jax
-
-    return jax.process_index()
 
 
 # Megatron-style tensor parallelism (Shoeybi et al., 2019) for the variables
@@ -234,9 +242,7 @@ def model_parallel(model_axis):
             f"Keras {keras.__version__} implements for JAX only; the backend "
             f"is {backend}. Use KERAS_BACKEND=jax."
         )
-    if os.environ.get("KERAS_DISTRIBUTION_JOB_ADDRESSES"):
-        cluster.join()
-    devices = keras.distribution.list_devices()
+    devices = _jax_devices()
     if isinstance(model_axis, bool) or not isinstance(model_axis, int):
         raise TypeError(f"model_axis must be an int. Received: {model_axis!r}")
     if model_axis < 1 or len(devices) % model_axis:
@@ -244,39 +250,22 @@ def model_parallel(model_axis):
             f"model_axis must be >= 1 and divide the number of devices "
             f"({len(devices)}). Received: {model_axis}"
         )
+    batch = len(devices) // model_axis
     mesh = keras.distribution.DeviceMesh(
-        (len(devices) // model_axis, model_axis), ["batch", "model"], devices
+        (batch, model_axis), ["batch", "model"], devices
     )
     layout_map = keras.distribution.LayoutMap(mesh)
     for pattern, axes in MODEL_PARALLEL_LAYOUT.items():
         layout_map[pattern] = axes
-    previous = keras.distribution.distribution()
-    keras.distribution.set_distribution(
+    return _jax_setup(
         keras.distribution.ModelParallel(
             layout_map=layout_map,
             batch_dim_name="batch",
             auto_shard_dataset=cluster.process_count() == 1,
-        )
-    )
-
-    def restore():
-        keras.distribution.set_distribution(previous)
-
-    batch = len(devices) // model_axis
-    description = (
-        f"JAX ModelParallel over {len(devices)} {devices[0].split(':')[0]} devices: "
-        f"weights split {model_axis} ways, batches {batch} ways"
-    )
-    processes = cluster.process_count()
-    if processes > 1:
-        description += f", in {processes} processes"
-    return DataParallelSetup(
+        ),
         batch,
-        description,
-        "jax",
-        contextlib.nullcontext,
-        restore,
-        process=(_jax_process_index(), processes),
+        f"JAX ModelParallel over {len(devices)} {devices[0].split(':')[0]} devices: "
+        f"weights split {model_axis} ways, batches {batch} ways",
     )
 
 
@@ -285,7 +274,7 @@ def weight_bytes_per_device(model):
     each of this process's devices (JAX); ``{"all": bytes}`` elsewhere.
     Their sum over one copy: ``weight_bytes(model)``."""
     if keras.backend.backend() != "jax":
-        return {"all": sum(_nbytes(w) for w in model.weights)}
+        return {"all": weight_bytes(model)}
     held = {}
     for weight in model.weights:
         for shard in weight.value.addressable_shards:

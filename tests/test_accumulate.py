@@ -18,6 +18,7 @@ from keras_transformer import checkpoints
 from keras_transformer.callbacks import Checkpointer
 from keras_transformer.commands import train
 from keras_transformer.schedules import TransformerSchedule, transformer_optimizer
+from tests.test_checkpoints import small_model as tiny_model
 
 
 def paper_rate(step, d_model, warmup_steps):
@@ -79,17 +80,8 @@ def test_the_optimizer_updates_every_n_batches_at_the_rate_of_the_update():
 
 
 def small_model(optimizer):
-    keras.utils.set_random_seed(0)
-    model = kt.build_model(
-        "tiny",
-        src_vocab_size=20,
-        d_model=16,
-        num_heads=2,
-        d_ff=32,
-        num_layers=1,
-        max_length=16,
-        dropout=0.0,  # the same forward pass for both runs
-    )
+    # Dropout 0 there: the same forward pass for both runs.
+    model = tiny_model(compile=False)
     model.compile(optimizer=optimizer, loss=kt.LabelSmoothedCrossEntropy())
     return model
 

@@ -738,15 +738,13 @@ def _tokenizer(args, resuming, train):
         return _own_tokenizer(args, resuming, train)
 
     def on_chief():
-        _, proto = _own_tokenizer(args, resuming, train)
-        if proto is None:
-            with open(os.path.join(args.out, TOKENIZER_FILE), "rb") as file:
-                return {"saved": base64.b64encode(file.read()).decode()}
-        return {"new": base64.b64encode(proto).decode()}
+        tokenizer, proto = _own_tokenizer(args, resuming, train)
+        text = base64.b64encode(tokenizer.proto).decode()
+        return {"proto": text, "new": proto is not None}
 
     got = _agreed(on_chief)
-    proto = base64.b64decode(got.get("new") or got["saved"])
-    return ktd.make_tokenizer(proto), proto if "new" in got else None
+    proto = base64.b64decode(got["proto"])
+    return ktd.make_tokenizer(proto), proto if got["new"] else None
 
 
 def _own_tokenizer(args, resuming, train):
