@@ -12,6 +12,7 @@ from keras_transformer.distribute import (
 )
 from keras_transformer.layers import (
     DecoderBlock,
+    Dropout,
     EncoderBlock,
     MultiHeadAttention,
     ScaledDotProductAttention,
@@ -38,6 +39,7 @@ __all__ = [
     "CONFIGS",
     "DataParallelSetup",
     "DecoderBlock",
+    "Dropout",
     "EncoderBlock",
     "LabelSmoothedCrossEntropy",
     "MaskedAccuracy",

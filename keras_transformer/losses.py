@@ -58,6 +58,46 @@ def _token_weights(real, sample_weight):
     return weights * sample_weight
 
 
+def smoothed_cross_entropy(logits, labels, label_smoothing):
+    """Per-token ``-Σ_v q_v log softmax(logits)_v`` with
+    ``q = (1 - ε)·onehot(labels) + ε/V``, float32 logits (..., V).
+
+    With ``lse = log Σ exp(logits)`` this is
+    ``lse - (1 - ε)·logits[label] - ε·mean(logits)``, and its gradient with
+    respect to the logits is ``softmax(logits) - q``. Written out as a custom
+    gradient, the backward pass is that one expression: automatic
+    differentiation of ``log_softmax`` and the gather built the gradient in
+    several passes over the (B, T, V) logits, the largest array of a step
+    (the loss was a tenth of a JAX training step; docs/results.md, "Step
+    speed").
+    """
+    eps = label_smoothing
+
+    @ops.custom_gradient
+    def loss(logits):
+        top = ops.stop_gradient(ops.max(logits, axis=-1, keepdims=True))
+        exp = ops.exp(logits - top)
+        total = ops.sum(exp, axis=-1, keepdims=True)
+        lse = ops.squeeze(top + ops.log(total), -1)
+        picked = ops.take_along_axis(logits, ops.expand_dims(labels, -1), axis=-1)
+        value = lse - (1.0 - eps) * ops.squeeze(picked, -1)
+        if eps:
+            value = value - eps * ops.mean(logits, axis=-1)
+
+        def grad(*args, upstream=None):
+            # JAX and TensorFlow pass the upstream gradient as the one
+            # argument, PyTorch by keyword (after the inputs).
+            upstream = args[0] if upstream is None else upstream
+            vocab_size = ops.shape(logits)[-1]
+            target = ops.one_hot(labels, vocab_size, dtype="float32")
+            q = (1.0 - eps) * target + eps / vocab_size
+            return ops.expand_dims(upstream, -1) * (exp / total - q)
+
+        return value, grad
+
+    return loss(logits)
+
+
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class LabelSmoothedCrossEntropy(keras.losses.Loss):
     """Cross-entropy against label-smoothed targets, averaged over real tokens.
@@ -139,29 +179,24 @@ class LabelSmoothedCrossEntropy(keras.losses.Loss):
             float32 tensor (B, T).
         """
         y_true = ops.cast(y_true, "int32")
-        # float32 even under mixed precision: log-softmax of float16 logits
-        # loses the small probabilities that the ε/V term sums over.
-        y_pred = ops.cast(y_pred, "float32")
-        if self.from_logits:
-            # Max-subtracted inside log_softmax, so no overflow for large logits.
-            log_probs = ops.log_softmax(y_pred, axis=-1)
-        else:
-            probs = y_pred / ops.sum(y_pred, axis=-1, keepdims=True)
-            log_probs = ops.log(ops.clip(probs, keras.config.epsilon(), 1.0))
         if self.pad_id is not None:
             # The pad id need not be a valid index (e.g. -100); its loss is
             # dropped later, so any in-range id will do for the gather.
             y_true = ops.where(ops.equal(y_true, self.pad_id), 0, y_true)
+        # float32 even under mixed precision: log-softmax of float16 logits
+        # loses the small probabilities that the ε/V term sums over.
+        y_pred = ops.cast(y_pred, "float32")
+        if self.from_logits:
+            return smoothed_cross_entropy(y_pred, y_true, self.label_smoothing)
+        probs = y_pred / ops.sum(y_pred, axis=-1, keepdims=True)
+        log_probs = ops.log(ops.clip(probs, keras.config.epsilon(), 1.0))
         nll = -ops.squeeze(
             ops.take_along_axis(log_probs, ops.expand_dims(y_true, -1), axis=-1), -1
         )
-        if self.label_smoothing == 0.0:
-            return nll
-        eps = self.label_smoothing
-        vocab_size = ops.shape(y_pred)[-1]
         # §5.4 label smoothing, ε_ls spread evenly over all V classes:
         # -Σ q log p = (1 - ε)·nll + (ε / V)·Σ_v (-log p_v).
-        uniform = -ops.sum(log_probs, axis=-1) / ops.cast(vocab_size, "float32")
+        uniform = -ops.mean(log_probs, axis=-1)
+        eps = self.label_smoothing
         return (1.0 - eps) * nll + eps * uniform
 
     def __call__(self, y_true, y_pred, sample_weight=None):

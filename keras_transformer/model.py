@@ -11,6 +11,7 @@ from keras_transformer import _checks, _fault_safe, backend
 from keras_transformer.layers import masks
 from keras_transformer.layers.attention import call_sublayer
 from keras_transformer.layers.blocks import DecoderBlock, EncoderBlock
+from keras_transformer.layers.dropout import Dropout
 from keras_transformer.layers.embedding import TokenEmbedding
 from keras_transformer.layers.position import SinusoidalEncoding
 
@@ -772,7 +773,7 @@ class _Parts:
             setattr(
                 self,
                 f"{side}_dropout",
-                keras.layers.Dropout(rate, dtype=dtype, name=f"{side}_dropout"),
+                Dropout(rate, dtype=dtype, name=f"{side}_dropout"),
             )
             # Pre-LN ends each stack with a LayerNorm; post-LN has none.
             norm = None

@@ -179,6 +179,26 @@ def gradient(fn, x):
     return out, x.grad.numpy()
 
 
+@pytest.mark.parametrize("eps", [0.0, 0.1])
+def test_gradient_is_softmax_minus_smoothed_target(rng, eps):
+    """The loss' custom gradient against the calculus: d/dz of the mean over
+    real tokens of -Σ q log softmax(z) is (softmax(z) - q) · w / N."""
+    logits = random_logits(rng, 3.0)
+    targets = padded_targets(rng)
+    weights = rng.uniform(0.5, 2.0, size=(B, T)).astype("float32")
+    loss = LabelSmoothedCrossEntropy(label_smoothing=eps)
+    out, grad = gradient(lambda z: loss(targets, z, sample_weight=weights), logits)
+    real = targets != 0
+    q = np.full(logits.shape, eps / V)
+    np.put_along_axis(q, targets[..., None], 1 - eps + eps / V, axis=-1)
+    softmax = np.exp(log_softmax(logits))
+    expected = (softmax - q) * (weights * real / real.sum())[..., None]
+    np.testing.assert_allclose(grad, expected, atol=1e-6)
+    assert value(out) == pytest.approx(
+        reference_loss(logits, targets, eps, weights=weights), abs=1e-5
+    )
+
+
 @pytest.mark.slow
 def test_all_padding_gives_zero_and_finite_gradients(rng):
     logits = random_logits(rng)

@@ -7,6 +7,7 @@ from keras import ops
 
 from keras_transformer import _checks, backend
 from keras_transformer.layers import masks as masks_lib
+from keras_transformer.layers.dropout import Dropout
 
 # Masked logits get this fill before the softmax. The explicit path takes its
 # softmax in float32, so the fill comes from float32's range (it would overflow
@@ -97,7 +98,7 @@ class ScaledDotProductAttention(keras.layers.Layer):
     def __init__(self, dropout=0.0, **kwargs):
         super().__init__(**kwargs)
         self.dropout = _validate_rate("dropout", dropout)
-        self.dropout_layer = keras.layers.Dropout(
+        self.dropout_layer = Dropout(
             self.dropout, dtype=self.dtype_policy, name="attention_dropout"
         )
 

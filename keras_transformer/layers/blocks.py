@@ -12,6 +12,7 @@ from keras_transformer.layers.attention import (
     _validate_rate,
     call_sublayer,
 )
+from keras_transformer.layers.dropout import Dropout
 
 
 class _Block(keras.layers.Layer):
@@ -116,7 +117,7 @@ class _Block(keras.layers.Layer):
         return layer
 
     def _dropout(self, name):
-        return keras.layers.Dropout(self.dropout, dtype=self.dtype_policy, name=name)
+        return Dropout(self.dropout, dtype=self.dtype_policy, name=name)
 
     def _build_feed_forward(self, shape):
         # §3.3: FFN(x) = max(0, x W1 + b1) W2 + b2, inner width d_ff.
