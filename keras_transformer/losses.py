@@ -64,15 +64,32 @@ def smoothed_cross_entropy(logits, labels, label_smoothing):
 
     With ``lse = log Σ exp(logits)`` this is
     ``lse - (1 - ε)·logits[label] - ε·mean(logits)``, and its gradient with
-    respect to the logits is ``softmax(logits) - q``. Written out as a custom
-    gradient, the backward pass is that one expression: automatic
-    differentiation of ``log_softmax`` and the gather built the gradient in
-    several passes over the (B, T, V) logits, the largest array of a step
-    (the loss was a tenth of a JAX training step; docs/results.md, "Step
-    speed").
+    respect to the logits is ``softmax(logits) - q``. On JAX and TensorFlow
+    that gradient is written out (``_fused``): automatic differentiation of
+    ``log_softmax`` and the gather built it in several passes over the
+    (B, T, V) logits, the largest array of a step (the loss was a tenth of a
+    JAX training step; docs/results.md, "Step speed"). PyTorch runs eagerly,
+    one kernel per operation, and its own fused ``log_softmax`` and its
+    gradient are fewer passes than the expression written out, so it keeps
+    automatic differentiation (``_from_log_probs``).
     """
-    eps = label_smoothing
+    if backend.name() == "torch":
+        log_probs = ops.log_softmax(logits, axis=-1)
+        return _from_log_probs(log_probs, labels, label_smoothing)
+    return _fused(logits, labels, label_smoothing)
 
+
+def _from_log_probs(log_probs, labels, eps):
+    picked = ops.take_along_axis(log_probs, ops.expand_dims(labels, -1), axis=-1)
+    nll = -ops.squeeze(picked, -1)
+    if not eps:
+        return nll
+    # §5.4 label smoothing, ε_ls spread evenly over all V classes:
+    # -Σ q log p = (1 - ε)·nll + (ε / V)·Σ_v (-log p_v).
+    return (1.0 - eps) * nll - eps * ops.mean(log_probs, axis=-1)
+
+
+def _fused(logits, labels, eps):
     @ops.custom_gradient
     def loss(logits):
         top = ops.stop_gradient(ops.max(logits, axis=-1, keepdims=True))
@@ -84,13 +101,13 @@ def smoothed_cross_entropy(logits, labels, label_smoothing):
         if eps:
             value = value - eps * ops.mean(logits, axis=-1)
 
-        def grad(*args, upstream=None):
-            # JAX and TensorFlow pass the upstream gradient as the one
-            # argument, PyTorch by keyword (after the inputs).
-            upstream = args[0] if upstream is None else upstream
+        def grad(upstream):
             vocab_size = ops.shape(logits)[-1]
-            target = ops.one_hot(labels, vocab_size, dtype="float32")
-            q = (1.0 - eps) * target + eps / vocab_size
+            # q without a one-hot array: a comparison that XLA fuses.
+            hit = ops.equal(
+                ops.arange(vocab_size, dtype="int32"), ops.expand_dims(labels, -1)
+            )
+            q = ops.where(hit, 1.0 - eps + eps / vocab_size, eps / vocab_size)
             return ops.expand_dims(upstream, -1) * (exp / total - q)
 
         return value, grad
@@ -190,14 +207,7 @@ class LabelSmoothedCrossEntropy(keras.losses.Loss):
             return smoothed_cross_entropy(y_pred, y_true, self.label_smoothing)
         probs = y_pred / ops.sum(y_pred, axis=-1, keepdims=True)
         log_probs = ops.log(ops.clip(probs, keras.config.epsilon(), 1.0))
-        nll = -ops.squeeze(
-            ops.take_along_axis(log_probs, ops.expand_dims(y_true, -1), axis=-1), -1
-        )
-        # §5.4 label smoothing, ε_ls spread evenly over all V classes:
-        # -Σ q log p = (1 - ε)·nll + (ε / V)·Σ_v (-log p_v).
-        uniform = -ops.mean(log_probs, axis=-1)
-        eps = self.label_smoothing
-        return (1.0 - eps) * nll + eps * uniform
+        return _from_log_probs(log_probs, y_true, self.label_smoothing)
 
     def __call__(self, y_true, y_pred, sample_weight=None):
         # Replaces Loss.__call__, which would average over the Keras mask of

@@ -561,17 +561,16 @@ def table(results, peak_tflops=None):
     for r in results:
         ours = by_key.get((r["backend"], "ours"))
         speed = r["target_tokens_per_second"]
-        vs_ours = ours["target_tokens_per_second"] / speed if ours else float("nan")
-        vs_torch = (
-            speed / torch_native["target_tokens_per_second"]
-            if torch_native
-            else float("nan")
-        )
+        # "–" where there is nothing to compare with (no torch run, say).
+        vs_ours = f"{ours['target_tokens_per_second'] / speed:.2f}x" if ours else "–"
+        vs_torch = "–"
+        if torch_native:
+            vs_torch = f"{speed / torch_native['target_tokens_per_second']:.2f}x"
         line = (
             f"| {r['backend']} | {r['variant']} | {speed:,.0f} "
             f"| {1000 * r['median_step_seconds']:.0f} "
             f"| {r['peak_memory_mib']:,.0f} | {r['parameters']:,} "
-            f"| {vs_ours:.2f}x | {vs_torch:.2f}x |"
+            f"| {vs_ours} | {vs_torch} |"
         )
         if peak_tflops:
             line += f" {100 * r['model_tflops_per_second'] / peak_tflops:.1f} % |"
