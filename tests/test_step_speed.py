@@ -123,3 +123,9 @@ def test_profile_splits_the_step_into_matrix_products_and_the_rest():
     assert 0 < r["matmul_share"] < 1
     assert r["largest_others"] and all(sec > 0 for _, sec in r["largest_others"])
     assert "| ours |" in step_speed.profile_table([r])
+
+
+def test_short_labels_keep_whole_path_components():
+    label = "jit(train_step)/transpose(jvp(loss))/loss_name/jit(log_softmax)/exp"
+    assert step_speed._short(label, width=30) == "loss_name/jit(log_softmax)/exp"
+    assert step_speed._short("aten::mm") == "aten::mm"

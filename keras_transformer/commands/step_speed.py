@@ -273,6 +273,14 @@ def _profile_tensorflow(fit, workdir):
     return by_label, matmul
 
 
+def _short(label, width=70):
+    """The last components of an operation's path that fit ``width``."""
+    parts = label.replace("jit(train_step)/", "").split("/")
+    while len(parts) > 1 and len("/".join(parts)) > width:
+        parts.pop(0)
+    return "/".join(parts)
+
+
 PROFILERS = {
     "jax": _profile_jax,
     "torch": _profile_torch,
@@ -306,7 +314,7 @@ def profile(s, variant, workdir):
         "matmul_seconds_per_step": matmul / s.steps,
         "matmul_share": matmul / total,
         "largest_others": [
-            (label.replace("jit(train_step)/", "")[-70:], seconds / s.steps)
+            (_short(label), seconds / s.steps)
             for label, seconds in others.most_common(8)
         ],
     }
