@@ -8,6 +8,8 @@
 - ``kt-translate``: translate sentences (arguments or standard input);
 - ``kt-attention``: draw a translator's attention maps;
 - ``kt-benchmark``, ``kt-benchmark-decoding``: training and decoding speed;
+- ``kt-step-speed``: the training step of ours against keras-hub's layers,
+  timed in pairs in one process, and where each step's time goes;
 - ``kt-keras-hub-recipe``: keras-hub's usual recipe on a corpus, for
   ``kt-curve``'s comparison.
 
