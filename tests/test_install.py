@@ -34,6 +34,7 @@ COMMANDS = (
     "kt-benchmark-data",
     "kt-keras-hub-recipe",
     "kt-launch",
+    "kt-step-speed",
 )
 SMALL_RUN = [
     "--task", "numbers", "--train-size", "200", "--val-size", "8",
