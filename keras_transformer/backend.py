@@ -157,6 +157,20 @@ def fused_attention_fails(dtype, d_k, d_v):
     return jax.default_backend() == "cpu"
 
 
+def fused_attention_is_slower(x):
+    """Cases where ``keras.ops.dot_product_attention`` works but the explicit
+    path is faster: PyTorch's CPU kernel in bfloat16. With the benchmark's
+    model under ``mixed_bfloat16`` a training step took 374–423 ms with it
+    and 296–342 ms with the explicit path, whose products go to oneDNN's
+    bfloat16 matrix products (float32: no difference beyond the noise;
+    docs/results.md, "Step speed"). GPUs keep the fused kernel."""
+    if name() != "torch":
+        return False
+    if keras.backend.standardize_dtype(x.dtype) != "bfloat16":
+        return False
+    return getattr(x, "device", None) is not None and x.device.type == "cpu"
+
+
 # -- the dtype policy that trains fastest -------------------------------------
 
 # CPU flags of the BF16 instructions oneDNN uses for bfloat16 matrix products.

@@ -1037,7 +1037,9 @@ def _fused_calls_in_one_forward(model, x, training, monkeypatch):
         (0.0, True, None, True),
         (0.1, True, None, False),  # dropout on the weights needs the weights
         (0.1, False, None, True),  # ... but only in training
-        (0.0, True, "mixed_bfloat16", True),
+        # PyTorch's CPU kernel in bfloat16 is slower than the explicit path
+        # (backend.fused_attention_is_slower); the suite runs on the CPU.
+        (0.0, True, "mixed_bfloat16", BACKEND != "torch"),
     ],
     ids=["train", "attention_dropout-train", "attention_dropout-eval", "bfloat16"],
 )

@@ -64,8 +64,9 @@ class ScaledDotProductAttention(keras.layers.Layer):
 
     Without attention dropout and without weights to return, the call goes
     through ``keras.ops.dot_product_attention``, which picks the backend's
-    fused (flash) kernel where one fits. Otherwise the weights are computed
-    explicitly, with the softmax in float32.
+    fused (flash) kernel where one fits (but not PyTorch's CPU kernel in
+    bfloat16, which is slower than the explicit path). Otherwise the weights
+    are computed explicitly, with the softmax in float32.
 
     Args:
         dropout: float in [0, 1). Dropout on the attention weights. The paper
@@ -210,6 +211,7 @@ class ScaledDotProductAttention(keras.layers.Layer):
             or backend.fused_attention_fails(
                 query.dtype, query.shape[-1], value.shape[-1]
             )
+            or backend.fused_attention_is_slower(query)
         ):
             return ops.dot_product_attention(
                 query,
