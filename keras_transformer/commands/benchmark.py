@@ -308,14 +308,12 @@ def _step_timer():
     return StepTimes()
 
 
-def train_keras(s, variant):
-    """Train ``variant`` for ``s.warmup + s.steps`` steps; step times and memory."""
+def compiled_keras_model(s, variant):
+    """``variant``'s model, compiled with Adam and its loss (Keras' sparse
+    cross-entropy, or this package's for ``ours_own_loss``)."""
     import keras
 
-    keras.config.set_dtype_policy(s.dtype_policy)
     keras.utils.set_random_seed(s.seed)
-    source, decoder_inputs, labels = make_batches(s)
-    memory = Memory()
     if variant == "keras_hub":
         model = build_keras_hub(s)
     elif variant == "ours_attention_dropout":
@@ -329,21 +327,44 @@ def train_keras(s, variant):
     else:
         loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
     model.compile(optimizer=keras.optimizers.Adam(1e-4), loss=loss)
+    return model
+
+
+def fit_step_times(model, batches, batch_size):
+    """Seconds of each step of one ``model.fit`` epoch over ``batches``
+    (encoder inputs, decoder inputs, labels), in order."""
+    source, decoder_inputs, labels = batches
     timer = _step_timer()
     model.fit(
         {"encoder_inputs": source, "decoder_inputs": decoder_inputs},
         labels,
-        batch_size=s.batch_size,
+        batch_size=batch_size,
         epochs=1,
         shuffle=False,
         verbose=0,
         callbacks=[timer],
     )
+    return timer.times
+
+
+def target_tokens_per_step(labels, batch_size):
+    """Real (non-padding) target tokens in an average batch."""
+    return int((labels != 0).sum()) / (len(labels) // batch_size)
+
+
+def train_keras(s, variant):
+    """Train ``variant`` for ``s.warmup + s.steps`` steps; step times and memory."""
+    import keras
+
+    keras.config.set_dtype_policy(s.dtype_policy)
+    batches = make_batches(s)
+    memory = Memory()
+    model = compiled_keras_model(s, variant)
     return {
-        "step_seconds": timer.times,
+        "step_seconds": fit_step_times(model, batches, s.batch_size),
         "peak_memory_mib": memory.peak_mib(),
         "parameters": model.count_params(),
-        "labels": labels,
+        "labels": batches[2],
     }
 
 
@@ -502,7 +523,7 @@ def measure(s, variant, decode=False):
         raise RuntimeError(f"Only {len(times)} steps ran; warm-up is {s.warmup}.")
     measured = times[s.warmup :]
     step = statistics.median(measured)
-    tokens = int((labels != 0).sum()) / (len(labels) // s.batch_size)
+    tokens = target_tokens_per_step(labels, s.batch_size)
     result = {
         "backend": backend,
         "variant": variant,

@@ -43,38 +43,9 @@ from keras_transformer.commands import benchmark
 VARIANTS = ("ours", "ours_own_loss", "keras_hub")
 
 
-def _compiled(s, variant):
-    import keras
-
-    keras.utils.set_random_seed(s.seed)
-    if variant == "keras_hub":
-        model = benchmark.build_keras_hub(s)
-    else:
-        model = benchmark.build_ours(s)
-    if variant == "ours_own_loss":
-        from keras_transformer.losses import LabelSmoothedCrossEntropy
-
-        loss = LabelSmoothedCrossEntropy()
-    else:
-        loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-    model.compile(optimizer=keras.optimizers.Adam(1e-4), loss=loss)
-    return model
-
-
 def _fit(model, batches, rows, batch_size):
     """Step times of ``model.fit`` on ``rows`` of ``batches``."""
-    source, decoder_inputs, labels = (a[rows] for a in batches)
-    timer = benchmark._step_timer()
-    model.fit(
-        {"encoder_inputs": source, "decoder_inputs": decoder_inputs},
-        labels,
-        batch_size=batch_size,
-        epochs=1,
-        shuffle=False,
-        verbose=0,
-        callbacks=[timer],
-    )
-    return timer.times
+    return benchmark.fit_step_times(model, [a[rows] for a in batches], batch_size)
 
 
 def paired(s, variants, rounds):
@@ -84,7 +55,7 @@ def paired(s, variants, rounds):
     keras.config.set_dtype_policy(s.dtype_policy)
     batches = benchmark.make_batches(dataclasses.replace(s, warmup=0))
     rows = slice(0, s.steps * s.batch_size)
-    models = {v: _compiled(s, v) for v in variants}
+    models = {v: benchmark.compiled_keras_model(s, v) for v in variants}
     for model in models.values():  # compiles; not timed
         _fit(model, batches, slice(0, s.warmup * s.batch_size), s.batch_size)
     medians = {v: [] for v in variants}
@@ -100,7 +71,7 @@ def summary(backend, s, medians):
     """One dict per variant: median step over the rounds, tokens per second,
     and keras-hub's step over this variant's, per round (median, range)."""
     labels = benchmark.make_batches(dataclasses.replace(s, warmup=0))[2]
-    tokens = int((labels != 0).sum()) / (len(labels) // s.batch_size)
+    tokens = benchmark.target_tokens_per_step(labels, s.batch_size)
     hub = medians.get("keras_hub")
     rows = []
     for variant, steps in medians.items():
@@ -295,7 +266,7 @@ def profile(s, variant, workdir):
 
     keras.config.set_dtype_policy(s.dtype_policy)
     batches = benchmark.make_batches(dataclasses.replace(s, warmup=0))
-    model = _compiled(s, variant)
+    model = benchmark.compiled_keras_model(s, variant)
     _fit(model, batches, slice(0, s.warmup * s.batch_size), s.batch_size)
 
     def fit():
