@@ -3,6 +3,7 @@
 Runs on TensorFlow, JAX and PyTorch (choose with ``KERAS_BACKEND``).
 """
 
+from keras_transformer.allocator import keep_freed_memory
 from keras_transformer.attention_maps import AttentionMaps, attention_maps
 from keras_transformer.decoding import beam_search, greedy_search, length_penalty
 from keras_transformer.distribute import (
@@ -59,6 +60,7 @@ __all__ = [
     "model_parallel",
     "get_config",
     "greedy_search",
+    "keep_freed_memory",
     "length_penalty",
     "padding_mask",
     "sinusoidal_table",

@@ -16,12 +16,18 @@
 Each module's ``main(argv)`` runs the command and returns its result;
 ``command()`` is the installed entry point. From a clone,
 ``python -m training.<name>`` runs the same command.
+
+Importing this package (every command does) keeps freed memory in the
+process, glibc's ``malloc`` permitting (``keras_transformer.allocator``;
+``KT_KEEP_FREED_MEMORY=0`` leaves glibc's defaults).
 """
 
 import contextlib
 import importlib.util
 import os
 import sys
+
+from keras_transformer.allocator import keep_freed_memory
 
 
 def _verbose():
@@ -77,3 +83,6 @@ def start_tensorflow():
 
 
 _quiet_frameworks()
+# Before the first step: freed big blocks stay for the next one (a fifth of a
+# JAX step on the CPU was page faults; keras_transformer/allocator.py).
+keep_freed_memory()

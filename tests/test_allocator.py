@@ -1,0 +1,150 @@
+"""``keep_freed_memory``: a freed big block stays in the process and the next
+one reuses its pages; glibc's defaults hand it back. Each case runs in a
+process of its own (the setting lasts for a process's life)."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from keras_transformer import allocator
+
+ALLOCATOR = Path(allocator.__file__)
+
+# Allocates, touches and frees 256 MiB through the C library, then does it
+# again, and reports what the kernel saw: resident size before and after the
+# free, and the page faults of the second round; in the main thread, then in
+# a thread of its own.
+PROBE = r"""
+import ctypes, importlib.util, json, resource, sys, threading
+
+how, path = sys.argv[1], sys.argv[2]
+if how == "module":
+    spec = importlib.util.spec_from_file_location("allocator", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    applied = module.keep_freed_memory()
+elif how == "commands":
+    import keras_transformer.commands  # noqa: F401
+    applied = None
+else:
+    applied = None
+
+libc = ctypes.CDLL(None)
+libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, (ctypes.c_size_t,)
+libc.free.argtypes = (ctypes.c_void_p,)
+
+def rss():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * 4096
+
+def faults():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+def rounds():
+    n = 256 << 20
+    block = libc.malloc(n)
+    ctypes.memset(block, 1, n)
+    touched = rss()
+    libc.free(block)
+    freed = rss()
+    before = faults()
+    block = libc.malloc(n)
+    ctypes.memset(block, 1, n)
+    second_faults = faults() - before
+    libc.free(block)
+    return {"touched": touched, "freed": freed, "second_faults": second_faults}
+
+# The main thread, then another (threads get arenas of their own).
+out = {"applied": applied, "main": rounds()}
+thread = threading.Thread(target=lambda: out.update(thread=rounds()))
+thread.start()
+thread.join()
+print(json.dumps(out))
+"""
+
+MIB = 1 << 20
+PAGES = (256 * MIB) // 4096
+
+pytestmark = [
+    pytest.mark.once,
+    pytest.mark.skipif(
+        allocator._glibc() is None, reason="glibc's malloc only (Linux with glibc)"
+    ),
+]
+
+
+def probe(how, **env):
+    clean = {
+        k: v
+        for k, v in os.environ.items()
+        if k
+        not in (allocator.OFF_VARIABLE, "GLIBC_TUNABLES", *allocator._GLIBC_VARIABLES)
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, how, str(ALLOCATOR)],
+        env=clean | env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def assert_kept(r):
+    # The freed block is still resident, and the second round faulted in
+    # (almost) none of its 65,536 pages, in either thread.
+    for where in ("main", "thread"):
+        assert r[where]["freed"] > r[where]["touched"] - 16 * MIB, r
+        assert r[where]["second_faults"] < PAGES // 20, r
+
+
+def assert_handed_back(r):
+    for where in ("main", "thread"):
+        assert r[where]["freed"] < r[where]["touched"] - 200 * MIB, r
+        assert r[where]["second_faults"] > PAGES // 2, r
+
+
+def test_glibc_defaults_hand_a_freed_block_back():
+    # The reference: without the setting the probe sees what the fix removes.
+    assert_handed_back(probe("none"))
+
+
+def test_keep_freed_memory_keeps_the_block_for_the_next_one():
+    r = probe("module")
+    assert r["applied"] is True
+    assert_kept(r)
+
+
+def test_the_commands_keep_freed_memory():
+    assert_kept(probe("commands"))
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {allocator.OFF_VARIABLE: "0"},
+        # The user's own glibc setting wins (a trim threshold alone leaves
+        # blocks of 256 MiB to mmap, so they are handed back).
+        {"MALLOC_TRIM_THRESHOLD_": str(512 * MIB)},
+        {"GLIBC_TUNABLES": f"glibc.malloc.trim_threshold={512 * MIB}"},
+    ],
+)
+def test_switched_off_or_left_to_the_users_glibc_setting(env):
+    r = probe("module", **env)
+    assert r["applied"] is False
+    assert_handed_back(r)
+    assert_handed_back(probe("commands", **env))
+
+
+@pytest.mark.parametrize(
+    "threshold, error",
+    [("1GiB", TypeError), (True, TypeError), (0, ValueError), (2**31, ValueError)],
+)
+def test_a_bad_threshold_is_refused(threshold, error):
+    with pytest.raises(error, match="threshold"):
+        allocator.keep_freed_memory(threshold)
