@@ -83,6 +83,18 @@ def test_summary_takes_the_ratio_per_round():
     table = step_speed.speed_table(list(rows.values()))
     assert "| jax | float32 | ours |" in table
     assert "1.00x (0.50–2.00)" in table
+    assert "page_faults_per_step" not in rows["ours"]
+
+
+def test_summary_gives_the_median_page_faults_per_step():
+    medians = {"ours": [1.0, 1.0, 1.0], "keras_hub": [2.0, 2.0, 2.0]}
+    faults = {"ours": [3.0, 90000.0, 5.0], "keras_hub": []}
+    rows = {r["variant"]: r for r in step_speed.summary("jax", TINY, medians, faults)}
+    assert rows["ours"]["page_faults_per_step"] == 5.0
+    assert "page_faults_per_step" not in rows["keras_hub"]
+    table = step_speed.speed_table([rows["ours"], rows["keras_hub"]])
+    assert table.splitlines()[2].endswith("| 5 |")
+    assert table.splitlines()[3].endswith("| – |")
 
 
 def test_summary_without_keras_hub_has_no_ratio():
@@ -108,10 +120,13 @@ def test_bad_arguments_are_named(argv, message, capsys):
 @KERAS_HUB_MASK_WARNINGS
 def test_paired_trains_every_variant_in_turns():
     s = dataclasses.replace(TINY, steps=2, warmup=1)
-    medians = step_speed.paired(s, ["ours", "ours_own_loss", "keras_hub"], rounds=2)
-    assert set(medians) == {"ours", "ours_own_loss", "keras_hub"}
+    variants = ["ours", "ours_own_loss", "keras_hub"]
+    medians, faults = step_speed.paired(s, variants, rounds=2)
+    assert set(medians) == set(faults) == set(variants)
     for steps in medians.values():
         assert len(steps) == 2 and all(t > 0 for t in steps)
+    for counts in faults.values():
+        assert len(counts) == 2 and all(c >= 0 for c in counts)
 
 
 @pytest.mark.slow

@@ -14,7 +14,10 @@ all variants are built in **one** process and trained in turns: ``--rounds``
 rounds of ``--steps`` steps each, the order reversed every other round, after
 a warm-up that compiles each. The ratio is taken per round (the median step
 of keras-hub's layers over ours in that round), and the median and range of
-the rounds' ratios is the figure.
+the rounds' ratios is the figure. The last column counts the page faults
+the process took per step of each variant (median over the rounds): tens of
+thousands mean the step gets fresh memory from the kernel every time
+(``keras_transformer.allocator``).
 
 Variants: ``ours`` (Keras' ``SparseCategoricalCrossentropy``, as keras-hub's
 guides train), ``ours_own_loss`` (the loss this package recommends,
@@ -48,8 +51,19 @@ def _fit(model, batches, rows, batch_size):
     return benchmark.fit_step_times(model, [a[rows] for a in batches], batch_size)
 
 
+def _minor_faults():
+    """Page faults the kernel served this process without disk reads so far,
+    or None where ``resource`` is missing (Windows)."""
+    try:
+        import resource
+    except ImportError:
+        return None
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
 def paired(s, variants, rounds):
-    """Median step per variant and per round, all variants in this process."""
+    """Median step per variant and per round, all variants in this process;
+    and each round's page faults per step (None without ``resource``)."""
     import keras
 
     keras.config.set_dtype_policy(s.dtype_policy)
@@ -59,17 +73,22 @@ def paired(s, variants, rounds):
     for model in models.values():  # compiles; not timed
         _fit(model, batches, slice(0, s.warmup * s.batch_size), s.batch_size)
     medians = {v: [] for v in variants}
+    faults = {v: [] for v in variants}
     for r in range(rounds):
         order = variants if r % 2 == 0 else variants[::-1]
         for variant in order:
+            before = _minor_faults()
             times = _fit(models[variant], batches, rows, s.batch_size)
             medians[variant].append(statistics.median(times))
-    return medians
+            if before is not None:
+                faults[variant].append((_minor_faults() - before) / s.steps)
+    return medians, faults
 
 
-def summary(backend, s, medians):
+def summary(backend, s, medians, faults=None):
     """One dict per variant: median step over the rounds, tokens per second,
-    and keras-hub's step over this variant's, per round (median, range)."""
+    keras-hub's step over this variant's, per round (median, range), and
+    the median page faults per step where ``faults`` has them."""
     labels = benchmark.make_batches(dataclasses.replace(s, warmup=0))[2]
     tokens = benchmark.target_tokens_per_step(labels, s.batch_size)
     hub = medians.get("keras_hub")
@@ -87,6 +106,8 @@ def summary(backend, s, medians):
             ratios = sorted(h / o for h, o in zip(hub, steps, strict=True))
             row["speed_over_keras_hub"] = statistics.median(ratios)
             row["speed_over_keras_hub_range"] = (ratios[0], ratios[-1])
+        if faults and faults.get(variant):
+            row["page_faults_per_step"] = statistics.median(faults[variant])
         rows.append(row)
     return rows
 
@@ -329,18 +350,20 @@ def profile_isolated(backend, variant, s):
 def speed_table(rows):
     lines = [
         "| backend | policy | variant | target tok/s | step (ms) "
-        "| keras-hub's step / this (range over rounds) |",
-        "|---|---|---|---:|---:|---|",
+        "| keras-hub's step / this (range over rounds) | page faults / step |",
+        "|---|---|---|---:|---:|---|---:|",
     ]
     for r in rows:
         ratio = "–"
         if "speed_over_keras_hub" in r:
             low, high = r["speed_over_keras_hub_range"]
             ratio = f"{r['speed_over_keras_hub']:.2f}x ({low:.2f}–{high:.2f})"
+        faults = r.get("page_faults_per_step")
         lines.append(
             f"| {r['backend']} | {r['dtype_policy']} | {r['variant']} "
             f"| {r['target_tokens_per_second']:,.0f} "
-            f"| {1000 * r['median_step_seconds']:.0f} | {ratio} |"
+            f"| {1000 * r['median_step_seconds']:.0f} | {ratio} "
+            f"| {'–' if faults is None else f'{faults:,.0f}'} |"
         )
     return "\n".join(lines)
 
@@ -407,7 +430,7 @@ def _in_process(args):
     variants = args.variants.split(",")
     if args.profile:
         return [profile(s, variants[0], args.workdir)]
-    return summary(keras.backend.backend(), s, paired(s, variants, args.rounds))
+    return summary(keras.backend.backend(), s, *paired(s, variants, args.rounds))
 
 
 def main(argv=None):
