@@ -62,7 +62,9 @@ def keep_freed_memory(threshold=THRESHOLD):
     user set glibc's own ``MALLOC_TRIM_THRESHOLD_``, ``MALLOC_MMAP_THRESHOLD_``,
     ``MALLOC_ARENA_MAX`` or a ``glibc.malloc`` tunable (theirs win). Call it
     before the first training step; it lasts for the life of the process
-    (threads that allocated before keep the arenas they have).
+    (threads that allocated before keep the arenas they have, and glibc may
+    hand a later thread one of those: call it before importing a framework to
+    have every thread share the main arena).
 
     Args:
         threshold: int, bytes, 1 to 2**31 - 1.

@@ -112,8 +112,9 @@ def test_a_short_run_writes_a_curve_kt_curve_draws(tmp_path, monkeypatch, capsys
         (p["step"], p["bleu"]) for p in points
     ]
     # Minutes again from the index's seconds (0.01 s), rounded to 0.001: a
-    # time on a rounding boundary may come out 0.001 apart (0.1 vs 0.101).
-    assert [p["minutes"] for p in again["points"]] == pytest.approx(minutes, abs=1e-3)
+    # time on a rounding boundary may come out 0.001 apart (0.1 vs 0.101),
+    # which in floating point is a hair over 1e-3.
+    assert [p["minutes"] for p in again["points"]] == pytest.approx(minutes, abs=1.5e-3)
 
 
 def test_bad_corpus_or_nothing_to_score_exits_2_naming_the_file(tmp_path, capsys):
