@@ -84,8 +84,8 @@ def keep_freed_memory(threshold=THRESHOLD):
     libc = _glibc()
     if libc is None:
         return False
-    # Trim first: with the mmap threshold raised, freed big blocks land at the
-    # top of the heap, and the default trim threshold would hand them back.
+    # Both thresholds: with the mmap one alone raised, freed big blocks land
+    # at the top of the heap, and the default trim threshold hands them back.
     trimmed = libc.mallopt(_M_TRIM_THRESHOLD, threshold)
     kept = trimmed and libc.mallopt(_M_MMAP_THRESHOLD, threshold)
     # One arena: a thread's own arena grows in heaps of at most 64 MiB and
