@@ -55,9 +55,11 @@ def test_backend_imports_in_one_module():
     modules about per-backend trainer behaviour (fault safety, data
     parallelism) and the one about several JAX processes (``cluster.py``);
     ``kt-benchmark`` compares with native PyTorch and reads each
-    framework's device memory, ``kt-train`` checks that TensorBoard's
-    TensorFlow is there before it writes logs, and the commands start
-    TensorFlow with its C++ logs silenced (``commands/__init__.py``)."""
+    framework's device memory, ``kt-step-speed`` compiles its floors the
+    way each backend compiles a step, ``kt-train`` checks that
+    TensorBoard's TensorFlow is there before it writes logs, and the
+    commands start TensorFlow with its C++ logs silenced
+    (``commands/__init__.py``)."""
     allowed = {
         "backend.py",
         "_fault_safe.py",
@@ -65,6 +67,7 @@ def test_backend_imports_in_one_module():
         "cluster.py",
         "commands/__init__.py",
         "commands/benchmark.py",
+        "commands/matmul_floor.py",
         "commands/step_speed.py",
         "commands/train.py",
     }

@@ -109,6 +109,7 @@ def test_summary_without_keras_hub_has_no_ratio():
         (["--variants", "ours,nope"], "unknown variants"),
         (["--rounds", "0"], "--rounds must be at least 1"),
         (["--steps", "0"], "--steps must be at least 1"),
+        (["--profile", "--variants", "ours,step_floor"], "are not models"),
     ],
 )
 def test_bad_arguments_are_named(argv, message, capsys):
@@ -120,7 +121,7 @@ def test_bad_arguments_are_named(argv, message, capsys):
 @KERAS_HUB_MASK_WARNINGS
 def test_paired_trains_every_variant_in_turns():
     s = dataclasses.replace(TINY, steps=2, warmup=1)
-    variants = ["ours", "ours_own_loss", "keras_hub"]
+    variants = ["ours", "ours_own_loss", "keras_hub", "matmul_floor", "step_floor"]
     medians, faults = step_speed.paired(s, variants, rounds=2)
     assert set(medians) == set(faults) == set(variants)
     for steps in medians.values():

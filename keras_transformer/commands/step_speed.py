@@ -21,7 +21,11 @@ thousands mean the step gets fresh memory from the kernel every time
 
 Variants: ``ours`` (Keras' ``SparseCategoricalCrossentropy``, as keras-hub's
 guides train), ``ours_own_loss`` (the loss this package recommends,
-``LabelSmoothedCrossEntropy``, ε = 0.1), ``keras_hub``.
+``LabelSmoothedCrossEntropy``, ε = 0.1), ``keras_hub``; and two floors
+that are not models (``keras_transformer/commands/matmul_floor.py``):
+``matmul_floor``, the step's matrix products alone, and ``step_floor``, those
+with the loss and Adam's update. keras-hub's step over a floor is the most
+any implementation of the model could beat keras-hub's layers by.
 
 ``--profile`` traces ``--steps`` steps of each variant with the backend's
 profiler and reports the share of the operations' time that goes to matrix
@@ -34,6 +38,7 @@ time the step's operations use, not of the wall time.
 
 import argparse
 import dataclasses
+import functools
 import json
 import os
 import statistics
@@ -43,12 +48,24 @@ import time
 
 from keras_transformer.commands import benchmark
 
-VARIANTS = ("ours", "ours_own_loss", "keras_hub")
+VARIANTS = ("ours", "ours_own_loss", "keras_hub", "matmul_floor", "step_floor")
+FLOORS = {"matmul_floor": "products_step", "step_floor": "step_floor"}
+DEFAULT_VARIANTS = VARIANTS[:3]
 
 
 def _fit(model, batches, rows, batch_size):
     """Step times of ``model.fit`` on ``rows`` of ``batches``."""
     return benchmark.fit_step_times(model, [a[rows] for a in batches], batch_size)
+
+
+def _time_products(run, steps):
+    """Seconds of each of ``steps`` runs of ``matmul_floor``'s products."""
+    times = []
+    for _ in range(steps):
+        start = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - start)
+    return times
 
 
 def _minor_faults():
@@ -69,16 +86,27 @@ def paired(s, variants, rounds):
     keras.config.set_dtype_policy(s.dtype_policy)
     batches = benchmark.make_batches(dataclasses.replace(s, warmup=0))
     rows = slice(0, s.steps * s.batch_size)
-    models = {v: benchmark.compiled_keras_model(s, v) for v in variants}
-    for model in models.values():  # compiles; not timed
-        _fit(model, batches, slice(0, s.warmup * s.batch_size), s.batch_size)
+    models = {}
+    for v in variants:
+        if v in FLOORS:
+            from keras_transformer.commands import matmul_floor
+
+            run = getattr(matmul_floor, FLOORS[v])(s)
+            models[v] = lambda _, rows, run=run: _time_products(
+                run, (rows.stop - rows.start) // s.batch_size
+            )
+        else:
+            model = benchmark.compiled_keras_model(s, v)
+            models[v] = functools.partial(_fit, model, batch_size=s.batch_size)
+    for step in models.values():  # compiles; not timed
+        step(batches, slice(0, s.warmup * s.batch_size))
     medians = {v: [] for v in variants}
     faults = {v: [] for v in variants}
     for r in range(rounds):
         order = variants if r % 2 == 0 else variants[::-1]
         for variant in order:
             before = _minor_faults()
-            times = _fit(models[variant], batches, rows, s.batch_size)
+            times = models[variant](batches, rows)
             medians[variant].append(statistics.median(times))
             if before is not None:
                 faults[variant].append((_minor_faults() - before) / s.steps)
@@ -396,8 +424,10 @@ def parse_args(argv):
     parser.add_argument("--all-backends", action="store_true")
     parser.add_argument(
         "--variants",
-        default=",".join(VARIANTS),
-        help="comma-separated, from " + ", ".join(VARIANTS) + " (default: all)",
+        default=",".join(DEFAULT_VARIANTS),
+        help="comma-separated, from "
+        + ", ".join(VARIANTS)
+        + " (default: the three models)",
     )
     parser.add_argument(
         "--dtype-policy", choices=("float32", "mixed_bfloat16"), default="float32"
@@ -417,6 +447,9 @@ def parse_args(argv):
     unknown = set(args.variants.split(",")) - set(VARIANTS)
     if unknown:
         parser.error(f"unknown variants {sorted(unknown)}; choose from {VARIANTS}")
+    floors = set(FLOORS) & set(args.variants.split(","))
+    if args.profile and floors:
+        parser.error(f"--profile profiles models; {sorted(floors)} are not models")
     for name in ("steps", "rounds", "warmup"):
         if getattr(args, name) < 1:
             parser.error(f"--{name} must be at least 1")
