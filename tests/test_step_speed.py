@@ -121,7 +121,8 @@ def test_bad_arguments_are_named(argv, message, capsys):
 @KERAS_HUB_MASK_WARNINGS
 def test_paired_trains_every_variant_in_turns():
     s = dataclasses.replace(TINY, steps=2, warmup=1)
-    variants = ["ours", "ours_own_loss", "keras_hub", "matmul_floor", "step_floor"]
+    # ours_own_loss builds as ours does (test_benchmark trains it)
+    variants = ["ours", "keras_hub", "matmul_floor", "step_floor"]
     medians, faults = step_speed.paired(s, variants, rounds=2)
     assert set(medians) == set(faults) == set(variants)
     for steps in medians.values():
