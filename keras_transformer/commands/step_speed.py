@@ -59,7 +59,7 @@ def _fit(model, batches, rows, batch_size):
 
 
 def _time_products(run, steps):
-    """Seconds of each of ``steps`` runs of ``matmul_floor``'s products."""
+    """Seconds of each of ``steps`` runs of a floor (``matmul_floor.py``)."""
     times = []
     for _ in range(steps):
         start = time.perf_counter()
