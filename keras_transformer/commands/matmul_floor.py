@@ -216,12 +216,7 @@ def _optimizer_update(optimizer, variables, grads):
             return new_trainable
 
         return update
-    if backend == "tensorflow":
-        import tensorflow as tf
-
-        apply = tf.function(lambda: optimizer.apply(grads, variables))
-    else:
-        apply = lambda: optimizer.apply(grads, variables)  # noqa: E731
+    apply = _compiled(lambda: optimizer.apply(grads, variables))
 
     def update():
         apply()

@@ -46,26 +46,20 @@ import subprocess
 import sys
 import time
 
-from keras_transformer.commands import benchmark
+from keras_transformer import timing
+from keras_transformer.commands import benchmark, matmul_floor
 
 VARIANTS = ("ours", "ours_own_loss", "keras_hub", "matmul_floor", "step_floor")
-FLOORS = {"matmul_floor": "products_step", "step_floor": "step_floor"}
-DEFAULT_VARIANTS = VARIANTS[:3]
+FLOORS = {
+    "matmul_floor": matmul_floor.products_step,
+    "step_floor": matmul_floor.step_floor,
+}
+DEFAULT_VARIANTS = tuple(v for v in VARIANTS if v not in FLOORS)
 
 
 def _fit(model, batches, rows, batch_size):
     """Step times of ``model.fit`` on ``rows`` of ``batches``."""
     return benchmark.fit_step_times(model, [a[rows] for a in batches], batch_size)
-
-
-def _time_products(run, steps):
-    """Seconds of each of ``steps`` runs of a floor (``matmul_floor.py``)."""
-    times = []
-    for _ in range(steps):
-        start = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - start)
-    return times
 
 
 def _minor_faults():
@@ -89,10 +83,8 @@ def paired(s, variants, rounds):
     models = {}
     for v in variants:
         if v in FLOORS:
-            from keras_transformer.commands import matmul_floor
-
-            run = getattr(matmul_floor, FLOORS[v])(s)
-            models[v] = lambda _, rows, run=run: _time_products(
+            run = FLOORS[v](s)
+            models[v] = lambda _, rows, run=run: timing.call_times(
                 run, (rows.stop - rows.start) // s.batch_size
             )
         else:
