@@ -108,3 +108,54 @@ def test_translator_of_0_1_0_translates_the_same():
     sentences = TEXT["sentences"]
     assert translator.translate(sentences, beam_size=1) == TEXT["greedy"]
     assert translator.translate(sentences) == TEXT["beam4"]
+
+
+# -- files of 0.2.0 ---------------------------------------------------------------
+
+FIXTURES_0_2 = pathlib.Path(__file__).parent / "fixtures" / "v0_2_0"
+EXPECTED_0_2 = np.load(FIXTURES_0_2 / "expected.npz")
+TEXT_0_2 = json.loads((FIXTURES_0_2 / "expected.json").read_text())
+
+
+@pytest.mark.parametrize(
+    "name, atol", [("bare_post_ln", 1e-5), ("bare_pre_ln_bf16", 0.05)]
+)
+def test_bare_model_of_0_2_0_gives_the_same_logits(name, atol):
+    """0.2.0 saved the constructor's arguments (and the dtype policy) as the
+    config; bfloat16 logits differ between backends by its rounding."""
+    model = keras.saving.load_model(FIXTURES_0_2 / f"{name}.keras")
+    assert isinstance(model, kt.Transformer)
+    bf16 = name.endswith("bf16")
+    policy = model.encoder_blocks[0].dtype_policy.name
+    assert policy == ("mixed_bfloat16" if bf16 else "float32")
+    assert model.norm_first == bf16 and model.share_embeddings == (not bf16)
+    x = {k: EXPECTED_0_2[f"bare/{k}"] for k in ("encoder_inputs", "decoder_inputs")}
+    logits = keras.ops.convert_to_numpy(model(x))
+    assert logits.dtype == np.float32
+    np.testing.assert_allclose(logits, EXPECTED_0_2[f"{name}/logits"], atol=atol)
+    np.testing.assert_allclose(logits, numpy_forward(model, x), atol=max(atol, 1e-4))
+
+
+def test_translator_of_0_2_0_translates_the_same():
+    """What kt-train of 0.2.0 saved: same logits, translations and n-best."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResourceWarning)  # as above
+        translator = keras.saving.load_model(FIXTURES_0_2 / "translator.keras")
+        gc.collect()
+    assert isinstance(translator, kt.Translator)
+    assert getattr(translator.transformer, "optimizer", None) is None
+    x = {
+        k: EXPECTED_0_2[f"translator/{k}"]
+        for k in ("encoder_inputs", "decoder_inputs")
+    }
+    logits = keras.ops.convert_to_numpy(translator.transformer(x))
+    np.testing.assert_allclose(logits, EXPECTED_0_2["translator/logits"], atol=1e-4)
+    sentences = TEXT_0_2["sentences"]
+    assert translator.translate(sentences, beam_size=1) == TEXT_0_2["greedy"]
+    assert translator.translate(sentences) == TEXT_0_2["beam4"]
+    n_best = translator.n_best(sentences, n=2, beam_size=2)
+    for got, want in zip(n_best, TEXT_0_2["n_best"], strict=True):
+        assert [text for text, _ in got] == [text for text, _ in want]
+        np.testing.assert_allclose(
+            [score for _, score in got], [score for _, score in want], atol=1e-4
+        )
