@@ -24,26 +24,27 @@ from keras_transformer import backend
 _deferred = None
 
 
-# True while a compiled PyTorch step runs on a batch the host has just checked
-# (``_fault_safe.checked_torch_step``): each value check inside would leave
-# the compiled graph to read the values back (a graph break per check).
-_checked_on_host = False
+# True while a call or step runs on inputs already checked (on the host, or
+# ahead of a TensorFlow graph's ops): the layers' value checks stand aside.
+# Inside a compiled step each would otherwise read the values back to the
+# host (a graph break on PyTorch, a callback on JAX) or repeat an assert.
+_inputs_checked = False
 
 
 @contextlib.contextmanager
-def checked_on_host():
-    """Leave the value checks out while the block runs: the batch it computes
-    on was checked on the host already."""
-    global _checked_on_host
-    outer, _checked_on_host = _checked_on_host, True
+def inputs_checked():
+    """Leave the value checks out while the block runs (and while it traces):
+    what it computes on was checked already (``_inputs``)."""
+    global _inputs_checked
+    outer, _inputs_checked = _inputs_checked, True
     try:
         yield
     finally:
-        _checked_on_host = outer
+        _inputs_checked = outer
 
 
-def batch_checked_on_host():
-    return _checked_on_host
+def inputs_were_checked():
+    return _inputs_checked
 
 
 @contextlib.contextmanager
@@ -85,13 +86,11 @@ def check_range(x, low, high, message, output=None):
     optimizer update, say) cannot run when the check fails.
     """
     output = x if output is None else output
-    if _is_symbolic(x):
+    if _is_symbolic(x) or _inputs_checked:
         return output
     value = backend.concrete_value(x)
     if value is not None:
         _check_values(value, low, high, message)
-        return output
-    if _checked_on_host:
         return output
     return backend.check_in_graph(x, low, high, message, output, _fail)
 

@@ -19,12 +19,47 @@ the model checks every batch on the host before it enters a compiled step
 TensorFlow and PyTorch update variables in place, and a failed step stops
 before the optimizer's update (our in-graph checks are attached to the data
 that the update depends on), so ``guard`` has nothing to restore there.
+
+These guards hook into Keras' trainers below their public API (the JAX
+trainer's state, a variable's ``_value``, ``_purge_model_variables``,
+``_make_function``, ``_should_torch_compile``). They run on the Keras
+versions the test suite runs (``TESTED_KERAS``); on any other version they
+stand aside, with one warning (``active``), and the model trains as a plain
+``keras.Model`` does, its inputs still checked.
 """
 
 import contextlib
+import warnings
 
 import keras
 import numpy as np
+
+from keras_transformer import _checks, _inputs, cluster
+
+# Keras releases (major.minor) whose trainer internals the guards were
+# written against and tested with.
+TESTED_KERAS = ("3.15",)
+_warned = False
+
+
+def active():
+    """Whether the guards run: on a tested Keras, else False, warning once."""
+    global _warned
+    if ".".join(keras.__version__.split(".")[:2]) in TESTED_KERAS:
+        return True
+    if not _warned:
+        _warned = True
+        warnings.warn(
+            f"keras_transformer's fault guards were tested with Keras "
+            f"{' and '.join(TESTED_KERAS)}; Keras {keras.__version__} is "
+            "installed, so they stand aside: a fit, evaluate or predict that "
+            "fails on JAX may leave the model without weights (reload it from "
+            "a checkpoint). Inputs are still checked.",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+    return False
+
 
 # {id(model): {id(variable): (variable, newest value)}} for the models inside
 # a guarded call. Kept off the model: Keras tracks the variables found in a
@@ -64,11 +99,24 @@ def remember_current(model, groups):
 
 def checked_step(model, step_function):
     """``step_function`` (one jitted step) with a host check of its batch first,
-    and its output state remembered."""
+    and its output state remembered.
+
+    In one process every batch is checked whole on the host (or refused), so
+    the step runs, and is traced, with the layers' checks left out (each a
+    host callback in the jitted step). Several processes' global arrays are
+    not all on this host: their steps keep the layers' checks.
+    """
+    alone = cluster.process_count() == 1
 
     def step(state, data):
-        model._check_batch(data)
-        outputs, new_state = step_function(state, data)
+        checked = _inputs.check_batch(model, data)
+        if alone and not checked:
+            raise ValueError(
+                "A batch whose inputs cannot be read on the host: give NumPy "
+                "arrays or tensors of this backend."
+            )
+        with _checks.inputs_checked() if alone else contextlib.nullcontext():
+            outputs, new_state = step_function(state, data)
         kind = {4: "train", 3: "test", 2: "predict"}.get(len(new_state))
         if kind is not None:
             for variables, values in zip(
@@ -89,12 +137,10 @@ def checked_torch_step(model, kind, compiled):
     sequence not empty or too long) reads values back to the host: a graph
     break each, and NumPy batches traced through Dynamo's NumPy support
     break it more. Checked here once per batch, the step runs with no checks
-    inside (``_checks.checked_on_host``); what the checks catch and the
+    inside (``_checks.inputs_checked``); what the checks catch and the
     message they raise are the same.
     """
     import torch
-
-    from keras_transformer import _checks
 
     if kind == "train_function":
         # Keras compiles a wrapper that calls `train_step`; Dynamo traces the
@@ -109,9 +155,9 @@ def checked_torch_step(model, kind, compiled):
 
     def step(data):
         (batch,) = data  # one batch per call: PyTorch's steps_per_execution is 1
-        model._check_batch(batch)
+        _inputs.check_batch(model, batch)
         batch = keras.tree.map_structure(_as_tensor, batch)
-        with _checks.checked_on_host():
+        with _checks.inputs_checked():
             return step_function(batch)
 
     return step
@@ -148,7 +194,7 @@ def _restore(model, record):
 @contextlib.contextmanager
 def guard(model):
     """Run one trainer call; on any exception, reattach the newest good values."""
-    if not _is_jax() or id(model) in _records:
+    if not _is_jax() or id(model) in _records or not active():
         # Other backends keep their variables; a nested call (fit's
         # validation runs evaluate) is covered by the outer guard.
         yield
@@ -175,18 +221,6 @@ def guard(model):
         del _records[id(model)]
 
 
-def to_numpy(value):
-    """A host copy of a batch leaf, or None if it is not (fully) on this host."""
-    if value is None or isinstance(value, np.ndarray):
-        return value
-    if getattr(value, "is_fully_addressable", True) is False:
-        return None  # a global array of several processes: the layers check it
-    try:
-        return np.asarray(value)
-    except Exception:
-        return None
-
-
 @contextlib.contextmanager
 def checked_tf_step(model, data):
     """TensorFlow graphs: every op of the step waits for the batch's checks.
@@ -201,15 +235,16 @@ def checked_tf_step(model, data):
         return
     import tensorflow as tf
 
-    if tf.executing_eagerly() or model.jit_compile:
+    if tf.executing_eagerly() or model.jit_compile or not active():
         # Eagerly the layers' checks raise before the update. XLA drops
         # asserts (see _checks.nan_unless_in_range), and a step under these
         # control dependencies cannot create its variables on XLA.
         yield
         return
-    checks = model._batch_checks(data)
+    checks = _inputs.graph_checks(model, data)
     if not checks:
         yield
         return
-    with tf.control_dependencies(checks):
+    # The step's layers check nothing again: their asserts would repeat these.
+    with tf.control_dependencies(checks), _checks.inputs_checked():
         yield

@@ -43,12 +43,13 @@ sentence.
 """
 
 import collections
+import contextlib
 
 import keras
 import numpy as np
 from keras import ops
 
-from keras_transformer import backend
+from keras_transformer import _checks, _inputs, backend
 from keras_transformer.special_tokens import END_ID, PAD_ID, START_ID
 
 # Log-probability of an impossible candidate. Finite, so that arithmetic on it
@@ -257,26 +258,19 @@ def _compiled_search(model, key, fn):
 
 def _check_inputs(model, source_ids, max_lengths, max_length):
     """Checks on the host, before anything is compiled: inside the compiled
-    loop a bad id would give garbage (JAX) or a late, obscure error."""
+    loop a bad id would give garbage (JAX) or a late, obscure error, and a
+    check per call would cost a host round trip. A model of one's own
+    without ``src_vocab_size`` or ``max_length`` checks in its layers."""
     source_ids = np.asarray(source_ids)
     if source_ids.ndim != 2 or not np.issubdtype(source_ids.dtype, np.integer):
         raise ValueError(
             "source_ids must be a 2-D integer array (batch, length). "
             f"Received: shape={source_ids.shape}, dtype={source_ids.dtype}"
         )
-    # A model of one's own may lack these attributes: then the model's own
-    # layers check what they can.
     vocab_size = getattr(model, "src_vocab_size", None)
     source_limit = target_limit = getattr(model, "max_length", None)
-    if (
-        vocab_size is not None
-        and source_ids.size
-        and (source_ids.min() < 0 or source_ids.max() >= vocab_size)
-    ):
-        raise ValueError(
-            f"Token ids must be in [0, {vocab_size}) (vocab_size={vocab_size}). "
-            f"Received ids from {source_ids.min()} to {source_ids.max()}."
-        )
+    if vocab_size is not None:
+        _inputs.check_ids(source_ids, None, vocab_size)
     if source_limit is not None and source_ids.shape[1] > source_limit:
         raise ValueError(
             f"source_ids is longer than the model's max_length={source_limit}. "
@@ -297,6 +291,15 @@ def _check_inputs(model, source_ids, max_lengths, max_length):
             f"max_length={target_limit} (positions of the decoder)."
         )
     return source_ids.astype("int32"), np.array(max_lengths), int(max_length)
+
+
+def _unchecked_loop(model):
+    """The compiled loop without the layers' checks, where ``_check_inputs``
+    checked the ids on the host; a model without ``src_vocab_size`` keeps
+    them. (Decided per model: the loop is compiled once per shape.)"""
+    if getattr(model, "src_vocab_size", None) is None:
+        return contextlib.nullcontext()
+    return _checks.inputs_checked()
 
 
 def _numpy(x):
@@ -362,7 +365,8 @@ def greedy_search(
             model, src, lengths, max_length, bool(use_cache), ids
         ),
     )
-    tokens, scores = run(source_ids, max_lengths)
+    with _unchecked_loop(model):
+        tokens, scores = run(source_ids, max_lengths)
     return _numpy(tokens), _numpy(scores)
 
 
@@ -409,9 +413,10 @@ def beam_search(
             model, src, lengths, max_length, bool(use_cache), ids, beam_size, a
         ),
     )
-    tokens, scores, log_probs = run(
-        source_ids, max_lengths, np.asarray(alpha, "float32")
-    )
+    with _unchecked_loop(model):
+        tokens, scores, log_probs = run(
+            source_ids, max_lengths, np.asarray(alpha, "float32")
+        )
     return _numpy(tokens), _numpy(scores), _numpy(log_probs)
 
 

@@ -1,13 +1,19 @@
-"""The encoder-decoder Transformer as a Keras functional model (paper §3, Figure 1)."""
+"""The encoder-decoder Transformer as a Keras functional model (paper §3, Figure 1).
+
+The configuration (``configs.TransformerConfig``), the parts (embeddings,
+positional encodings, N encoder and N decoder blocks, the final norms of
+pre-LN), and the two halves, each written once: the training graph,
+``encode``/``decode`` and the cached ``decode_step`` all run them. Input
+checks and the trainer's guards are inherited (``_guarded_model``).
+"""
 
 import dataclasses
-import numbers
 
 import keras
-import numpy as np
 from keras import ops
 
-from keras_transformer import _checks, _fault_safe, backend
+from keras_transformer._guarded_model import GuardedModel
+from keras_transformer.configs import TransformerConfig, transformer_config
 from keras_transformer.layers import masks
 from keras_transformer.layers.attention import call_sublayer
 from keras_transformer.layers.blocks import DecoderBlock, EncoderBlock
@@ -16,44 +22,8 @@ from keras_transformer.layers.embedding import TokenEmbedding
 from keras_transformer.layers.position import SinusoidalEncoding
 
 
-@dataclasses.dataclass(frozen=True)
-class TransformerConfig:
-    """Hyper-parameters of the architecture (names from the paper, Table 3)."""
-
-    num_layers: int = 6  # N
-    d_model: int = 512
-    num_heads: int = 8  # h
-    d_ff: int = 2048
-    dropout: float = 0.1  # P_drop
-    attention_dropout: float = 0.0
-    share_embeddings: bool = True
-    norm_first: bool = False
-    max_length: int | None = 512
-    layer_norm_epsilon: float = 1e-6
-
-    def replace(self, **changes):
-        return dataclasses.replace(self, **changes)
-
-
-# Table 3: "base" and "big". "tiny" trains in minutes on two CPU cores;
-# "small" suits a small corpus such as Multi30k (29k pairs) within an hour.
-CONFIGS = {
-    "base": TransformerConfig(),
-    "big": TransformerConfig(d_model=1024, num_heads=16, d_ff=4096, dropout=0.3),
-    "small": TransformerConfig(
-        num_layers=3, d_model=256, num_heads=8, d_ff=1024, dropout=0.1, max_length=256
-    ),
-    "tiny": TransformerConfig(
-        num_layers=2, d_model=128, num_heads=4, d_ff=256, dropout=0.1, max_length=128
-    ),
-}
-
-
-INPUT_NAMES = ("encoder_inputs", "decoder_inputs")
-
-
 @keras.saving.register_keras_serializable(package="keras_transformer")
-class Transformer(keras.Model):
+class Transformer(GuardedModel):
     """The encoder-decoder Transformer (§3, Figure 1) as a functional model.
 
     The model creates its parts (embeddings, positional encodings, the
@@ -78,12 +48,14 @@ class Transformer(keras.Model):
     output: logits ``(B, T, tgt_vocab_size)`` in float32, carrying the decoder
     padding mask (so Keras losses and metrics skip padded positions).
 
+    The hyper-parameters are ``model.config``, a ``TransformerConfig`` (each
+    field also reads as an attribute: ``model.d_model``); ``get_config``
+    gives them with the vocabulary sizes, the constructor's arguments.
+
     Token ids are checked before any work starts, with the same clear error on
     every backend: integers inside the vocabulary, no longer than
     ``max_length``, and the two inputs (and the targets) with the same number
-    of rows. Checks run on the eager call and on NumPy data given to ``fit``,
-    ``evaluate`` and ``predict``; inside compiled steps fed by datasets the
-    layers' own checks apply.
+    of rows (``_inputs`` says where each path checks them).
     """
 
     def __init__(
@@ -113,23 +85,19 @@ class Transformer(keras.Model):
             raise ValueError(
                 f"num_layers must be a positive integer. Received: {num_layers}"
             )
-        parts = _Parts(
-            src_vocab_size,
-            tgt_vocab_size,
-            num_layers,
-            dict(
-                d_model=d_model,
-                num_heads=num_heads,
-                d_ff=d_ff,
-                dropout=dropout,
-                attention_dropout=attention_dropout,
-                norm_first=norm_first,
-                layer_norm_epsilon=layer_norm_epsilon,
-            ),
-            share_embeddings,
-            max_length,
-            dtype,
+        config = TransformerConfig(
+            num_layers=num_layers,
+            d_model=d_model,
+            num_heads=num_heads,
+            d_ff=d_ff,
+            dropout=dropout,
+            attention_dropout=attention_dropout,
+            share_embeddings=bool(share_embeddings),
+            norm_first=bool(norm_first),
+            max_length=max_length,
+            layer_norm_epsilon=layer_norm_epsilon,
         )
+        parts = _Parts(config, src_vocab_size, tgt_vocab_size, dtype)
         encoder_inputs = keras.Input(
             shape=(None,), dtype="int32", name="encoder_inputs"
         )
@@ -149,18 +117,9 @@ class Transformer(keras.Model):
         self._parts = parts
         for name in _Parts.PUBLIC:
             setattr(self, name, getattr(parts, name))
+        self.config = config
         self.src_vocab_size = src_vocab_size
         self.tgt_vocab_size = tgt_vocab_size
-        self.num_layers = num_layers
-        self.d_model = d_model
-        self.num_heads = num_heads
-        self.d_ff = d_ff
-        self.dropout = dropout
-        self.attention_dropout = attention_dropout
-        self.share_embeddings = bool(share_embeddings)
-        self.norm_first = bool(norm_first)
-        self.max_length = max_length
-        self.layer_norm_epsilon = layer_norm_epsilon
 
     def get_config(self):
         return {
@@ -169,16 +128,7 @@ class Transformer(keras.Model):
             "dtype": keras.dtype_policies.serialize(self.target_embedding.dtype_policy),
             "src_vocab_size": self.src_vocab_size,
             "tgt_vocab_size": self.tgt_vocab_size,
-            "num_layers": self.num_layers,
-            "d_model": self.d_model,
-            "num_heads": self.num_heads,
-            "d_ff": self.d_ff,
-            "dropout": self.dropout,
-            "attention_dropout": self.attention_dropout,
-            "share_embeddings": self.share_embeddings,
-            "norm_first": self.norm_first,
-            "max_length": self.max_length,
-            "layer_norm_epsilon": self.layer_norm_epsilon,
+            **dataclasses.asdict(self.config),
         }
 
     @classmethod
@@ -189,13 +139,6 @@ class Transformer(keras.Model):
         if isinstance(config.get("dtype"), dict):
             config["dtype"] = keras.dtype_policies.deserialize(config["dtype"])
         return cls(**config)
-
-    def _limits(self):
-        """{input name: (vocab_size, max_length)}."""
-        return {
-            "encoder_inputs": (self.src_vocab_size, self.max_length),
-            "decoder_inputs": (self.tgt_vocab_size, self.max_length),
-        }
 
     # -- the two halves, for decoding and inspection -------------------------
 
@@ -306,417 +249,15 @@ class Transformer(keras.Model):
         )
         return logits[:, 0], self_cache
 
-    def _target_vocab_size(self):
-        return self._limits()["decoder_inputs"][0]
 
-    def _target_pad_ids(self):
-        """Target ids that the compiled loss skips: allowed outside the vocabulary."""
-        loss = getattr(self, "loss", None)
-        losses = loss if isinstance(loss, (list, tuple)) else [loss]
-        pads = set()
-        for loss in losses:
-            for attribute in ("pad_id", "ignore_class"):
-                value = getattr(loss, attribute, None)
-                if isinstance(value, int) and not isinstance(value, bool):
-                    pads.add(value)
-        return sorted(pads)
-
-    def validate_inputs(self, x, y=None):
-        """Raise ``TypeError``/``ValueError`` for malformed token ids or targets.
-
-        Checks what is known on the host: NumPy arrays, lists and concrete
-        tensors. Symbolic and traced values are left to the layers' own
-        checks (and to ``compute_loss`` for the targets).
-        """
-        _check_container(x)
-        if not isinstance(x, dict):
-            return  # a dataset, generator or PyDataset: checked per batch
-        arrays = _host_arrays(x, y)
-        if arrays is None:
-            return
-        _check_shapes(arrays)
-        limits = dict(self._limits())
-        limits["targets"] = (self._target_vocab_size(), None)
-        for name, (vocab_size, max_length) in limits.items():
-            if name not in arrays:
-                continue
-            ids = arrays[name]
-            if name == "targets" and "decoder_inputs" in arrays:
-                _check_same_shape(arrays["decoder_inputs"], ids)
-            if max_length is not None and ids.shape[1] > max_length:
-                raise ValueError(
-                    f"{name} is longer than the model's max_length={max_length}. "
-                    f"Received: {name}.shape={tuple(ids.shape)}"
-                )
-            # Ranges of backend tensors are checked by the embedding layers
-            # (and compute_loss), without a copy to the host here.
-            if not isinstance(ids, np.ndarray):
-                continue
-            if name == "targets":
-                pads = self._target_pad_ids()
-                if pads:
-                    ids = np.where(np.isin(ids, pads), 0, ids)
-                _check_ids(ids, name, vocab_size, pads)
-            else:
-                _check_ids(ids, name, vocab_size, [])
-
-    def _check_batch(self, data):
-        """Check one batch on the host before it enters a compiled step."""
-        x, y, _ = keras.utils.unpack_x_y_sample_weight(data)
-        if isinstance(x, dict):
-            x = {name: _fault_safe.to_numpy(value) for name, value in x.items()}
-            x = {name: value for name, value in x.items() if value is not None}
-            if any(name not in x for name in INPUT_NAMES):
-                return  # not all on this host: the layers check in the step
-        self.validate_inputs(x, _fault_safe.to_numpy(y))
-
-    def _checked_targets(self, y):
-        """``(y, ids)``: the targets with their range check attached, and the
-        ids with the loss's pad ids mapped into the vocabulary (for NaN
-        poisoning under XLA); ``(y, None)`` if ``y`` is not one tensor."""
-        if y is None or isinstance(y, (dict, list, tuple)):
-            return y, None
-        vocab_size = self._target_vocab_size()
-        ids = y
-        if "float" in keras.backend.standardize_dtype(y.dtype):
-            # Keras itself may hand integer labels over as floats (it does
-            # under tf.distribute); host data was already held to an integer
-            # dtype (validate_inputs). What must not pass is a fractional id.
-            whole = ops.cast(ops.equal(y, ops.floor(y)), "int32")
-            y = _checks.check_range(
-                whole,
-                1,
-                2,
-                "targets must hold integer token ids; some have a fractional "
-                "part (or are NaN).",
-                output=y,
-            )
-            ids = ops.cast(ops.where(ops.equal(whole, 1), y, -1), "int32")
-        else:
-            _checks.check_integer(y, "targets")
-        for pad in self._target_pad_ids():
-            ids = ops.where(ops.equal(ids, pad), 0, ids)
-        y = _checks.check_range(
-            ids,
-            0,
-            vocab_size,
-            f"Target ids must be in [0, {vocab_size}) (the target vocabulary) "
-            "or the loss's pad id. Received ids from {lo} to {hi}.",
-            output=y,
-        )
-        return y, ids
-
-    def compute_loss(
-        self, x=None, y=None, y_pred=None, sample_weight=None, training=True
-    ):
-        # Targets are token ids like the inputs, with the same contract: a
-        # float or out-of-vocabulary target is an error, never a loss value
-        # (JAX would give NaN, PyTorch a finite wrong number).
-        y, ids = self._checked_targets(y)
-        loss = super().compute_loss(x, y, y_pred, sample_weight, training)
-        if ids is None:
-            return loss
-        return _checks.nan_unless_in_range(loss, ids, 0, self._target_vocab_size())
-
-    def _batch_checks(self, data):
-        """In-graph checks of one batch (TensorFlow): tensors that fail to
-        compute when the batch is bad (see ``_fault_safe.checked_tf_step``)."""
-        x, y, _ = keras.utils.unpack_x_y_sample_weight(data)
-        checks = []
-        if isinstance(x, dict):
-            for name, (vocab_size, _) in self._limits().items():
-                ids = x.get(name)
-                if ids is None or not hasattr(ids, "dtype"):
-                    continue
-                _checks.check_integer(ids, name)
-                checks.append(_checks.check_not_empty(ids, name))
-                checks.append(
-                    _checks.check_range(
-                        ids,
-                        0,
-                        vocab_size,
-                        f"Token ids must be in [0, {vocab_size}) for {name} "
-                        f"(vocab_size={vocab_size}). Received ids from {{lo}} "
-                        "to {hi}.",
-                    )
-                )
-        checked_y, ids = self._checked_targets(y)
-        if ids is not None:
-            checks.append(checked_y)
-        return checks
-
-    if keras.backend.backend() == "tensorflow":
-        # TensorFlow only (Keras picks the trainer for the backend at import):
-        # on PyTorch, torch.compile would trace one more frame of Python for
-        # every frame between its entry and the graph break at
-        # `loss.backward()`, and cannot break a graph inside a `with` at all.
-
-        def train_step(self, *args, **kwargs):
-            with _fault_safe.checked_tf_step(self, args[-1]):
-                return super().train_step(*args, **kwargs)
-
-        def test_step(self, *args, **kwargs):
-            with _fault_safe.checked_tf_step(self, args[-1]):
-                return super().test_step(*args, **kwargs)
-
-    # -- every trainer call leaves the weights intact when it fails ----------
-
-    def __call__(self, inputs, *args, **kwargs):
-        inputs = _arrays_from_lists(inputs)
-        if not _checks.batch_checked_on_host():
-            self.validate_inputs(inputs)
-        return super().__call__(inputs, *args, **kwargs)
-
-    def fit(self, x=None, y=None, *args, **kwargs):
-        x, y = _arrays_from_lists(x), _arrays_from_lists(y, "targets")
-        self.validate_inputs(x, y)
-        self._build_optimizer()
-        with _fault_safe.guard(self):
-            return super().fit(x, y, *args, **kwargs)
-
-    def _build_optimizer(self):
-        """Create the optimizer's variables before the first compiled step.
-
-        Keras' TensorFlow trainer (3.15) builds the optimizer inside the first
-        traced step when no distribution strategy is set; tf.function then
-        traces that step twice and wraps every new variable's initializer in
-        a ``tf.cond`` (four conditional graphs per weight for Adam: 193 traced
-        graphs for a tiny model's first ``fit``, 16 without; docs/results.md).
-        Built here, the step is traced once, as Keras' JAX and PyTorch
-        trainers do by building first."""
-        optimizer = getattr(self, "optimizer", None)
-        if (
-            keras.backend.backend() == "tensorflow"
-            and optimizer is not None
-            and not optimizer.built
-            and self.built
-            and getattr(self, "_distribute_strategy", None) is None
-        ):
-            optimizer.build(self.trainable_variables)
-
-    def evaluate(self, x=None, y=None, *args, **kwargs):
-        x, y = _arrays_from_lists(x), _arrays_from_lists(y, "targets")
-        self.validate_inputs(x, y)
-        with _fault_safe.guard(self), _checks.deferred_value_errors():
-            return super().evaluate(x, y, *args, **kwargs)
-
-    def predict(self, x, *args, **kwargs):
-        x = _arrays_from_lists(x)
-        self.validate_inputs(x)
-        with _fault_safe.guard(self), _checks.deferred_value_errors():
-            return super().predict(x, *args, **kwargs)
-
-    def train_on_batch(self, x, y=None, *args, **kwargs):
-        x, y = _arrays_from_lists(x), _arrays_from_lists(y, "targets")
-        self.validate_inputs(x, y)
-        self._build_optimizer()
-        with _fault_safe.guard(self):
-            return super().train_on_batch(x, y, *args, **kwargs)
-
-    def test_on_batch(self, x, y=None, *args, **kwargs):
-        x, y = _arrays_from_lists(x), _arrays_from_lists(y, "targets")
-        self.validate_inputs(x, y)
-        with _fault_safe.guard(self), _checks.deferred_value_errors():
-            return super().test_on_batch(x, y, *args, **kwargs)
-
-    def predict_on_batch(self, x):
-        x = _arrays_from_lists(x)
-        self.validate_inputs(x)
-        with _fault_safe.guard(self), _checks.deferred_value_errors():
-            return super().predict_on_batch(x)
-
-    # JAX trainer hooks (Keras 3.15): see _fault_safe.
-
-    def _purge_model_variables(self, *args, **kwargs):
-        names = (
-            "trainable_variables",
-            "non_trainable_variables",
-            "optimizer_variables",
-            "metrics_variables",
-        )
-        flags = dict(zip(names, args, strict=False), **kwargs)
-        groups = {
-            "trainable_variables": lambda: self.trainable_variables,
-            "non_trainable_variables": lambda: self.non_trainable_variables,
-            "optimizer_variables": lambda: self.optimizer.variables,
-            "metrics_variables": lambda: self.metrics_variables,
-        }
-        _fault_safe.remember_current(
-            self, [groups[name]() for name in names if flags.get(name)]
-        )
-        return super()._purge_model_variables(*args, **kwargs)
-
-    def _make_function(self, step_function, *args, **kwargs):
-        if keras.backend.backend() == "jax":
-            step_function = _fault_safe.checked_step(self, step_function)
-        return super()._make_function(step_function, *args, **kwargs)
-
-    # PyTorch trainer hooks (Keras 3.15): see _fault_safe.checked_torch_step.
-
-    def make_train_function(self, force=False):
-        return self._checked_torch_function("train_function", force)
-
-    def make_test_function(self, force=False):
-        return self._checked_torch_function("test_function", force)
-
-    def make_predict_function(self, force=False):
-        return self._checked_torch_function("predict_function", force)
-
-    def _checked_torch_function(self, attribute, force):
-        before = getattr(self, attribute)
-        made = getattr(super(), f"make_{attribute}")(force)
-        function = getattr(self, attribute)
-        if (
-            keras.backend.backend() == "torch"
-            and function is not None
-            and function is not before
-            and self._should_torch_compile()
-        ):
-            function = _fault_safe.checked_torch_step(self, attribute, function)
-            setattr(self, attribute, function)
-            return function
-        return made
-
-
-def _check_container(x):
-    """Refuse what cannot be the input dict, and a dict short of a key."""
-    if isinstance(x, (list, tuple)):
-        received = f"a {type(x).__name__} of {len(x)} items"
-    elif x is None or isinstance(x, (str, bytes, numbers.Number)):
-        received = repr(x)[:40]
-    elif hasattr(x, "shape") and hasattr(x, "dtype"):
-        received = f"one array of shape {tuple(x.shape)}"
-    else:
-        received = None  # a dict, or a dataset / generator / PyDataset
-    if received is not None:
-        raise ValueError(
-            f"The model takes a dict with keys {list(INPUT_NAMES)}. "
-            f"Received: {received}. Pass "
-            "{'encoder_inputs': source_ids, 'decoder_inputs': target_ids}."
-        )
-    if isinstance(x, dict):
-        missing = [name for name in INPUT_NAMES if name not in x]
-        if missing:
-            raise ValueError(
-                f"Missing model inputs {missing}. Expected a dict with keys "
-                f"{list(INPUT_NAMES)}. Received keys: {sorted(x)}"
-            )
-
-
-def _host_arrays(x, y):
-    """{name: array} of the inputs (and targets) known on the host; None if
-    an input is symbolic or traced (then the layers check it)."""
-    arrays = {}
-    for name in INPUT_NAMES:
-        value = x[name]
-        if isinstance(value, (list, tuple)):
-            value = _as_array(value, name)
-        if not hasattr(value, "shape") or not hasattr(value, "dtype"):
-            continue
-        if isinstance(value, keras.KerasTensor) or backend.is_traced(value):
-            return None
-        arrays[name] = value
-    if isinstance(y, (list, tuple)):
-        y = _as_array(y, "targets")
-    if y is not None and hasattr(y, "shape") and hasattr(y, "dtype"):
-        if not (isinstance(y, keras.KerasTensor) or backend.is_traced(y)):
-            arrays["targets"] = y
-    return arrays
-
-
-def _check_shapes(arrays):
-    """Integer ids of shape (batch, length), the same rows, none empty."""
-    for name, value in arrays.items():
-        _checks.check_integer(value, name)
-        if len(value.shape) != 2:
-            raise ValueError(
-                f"{name} must have shape (batch, length). "
-                f"Received: {name}.shape={tuple(value.shape)}"
-            )
-    rows = {name: int(value.shape[0]) for name, value in arrays.items()}
-    if len(set(rows.values())) > 1:
-        raise ValueError(
-            "All inputs (and targets) must have the same number of rows "
-            f"(batch size). Received: {rows}"
-        )
-    if 0 in rows.values():
-        raise ValueError(
-            f"The batch has no rows: there is nothing to run. Received: {rows}"
-        )
-    for name, value in arrays.items():
-        if int(value.shape[1]) == 0:
-            raise ValueError(
-                f"{name} must hold at least one token per sequence. "
-                f"Received: {name}.shape={tuple(value.shape)}"
-            )
-
-
-def _as_array(value, name):
-    try:
-        return np.asarray(value)
-    except ValueError as error:
-        raise ValueError(
-            f"{name} is a ragged list: pad every sequence to one length with "
-            "0 (the padding id), or use a NumPy array. "
-            f"({error})"
-        ) from None
-
-
-def _arrays_from_lists(x, name=None):
-    """Python lists of ids as arrays: Keras would read a list as many inputs."""
-    if isinstance(x, dict):
-        return {
-            key: _as_array(value, key) if isinstance(value, (list, tuple)) else value
-            for key, value in x.items()
-        }
-    if name is not None and isinstance(x, (list, tuple)):
-        return _as_array(x, name)
-    return x
-
-
-def _check_same_shape(decoder_inputs, targets):
-    if tuple(decoder_inputs.shape) != tuple(targets.shape):
-        raise ValueError(
-            "targets must have the shape of decoder_inputs (one target id per "
-            f"decoder position). Received: decoder_inputs.shape="
-            f"{tuple(decoder_inputs.shape)}, targets.shape={tuple(targets.shape)}"
-        )
-
-
-def _check_ids(ids, name, vocab_size, pads):
-    if ids.size and (ids.min() < 0 or ids.max() >= vocab_size):
-        allowed = f"[0, {vocab_size}) (vocab_size={vocab_size})"
-        if pads:
-            allowed += f" or the loss's pad id {pads}"
-        raise ValueError(
-            f"Token ids in {name} must be in {allowed}. Received ids from "
-            f"{ids.min()} to {ids.max()}."
-        )
-
-
-def get_config(config=None, **overrides):
-    """Resolve a named config, a ``TransformerConfig``, a dict or ``None`` (base)."""
-    if config is None:
-        config = CONFIGS["base"]
-    elif isinstance(config, str):
-        if config not in CONFIGS:
-            raise ValueError(
-                f"Unknown config name. Expected one of {sorted(CONFIGS)}. "
-                f"Received: config={config!r}"
-            )
-        config = CONFIGS[config]
-    elif isinstance(config, dict):
-        config = TransformerConfig(**config)
-    elif not isinstance(config, TransformerConfig):
-        raise TypeError(
-            "config must be a name, a dict or a TransformerConfig. "
-            f"Received: config={config!r}"
-        )
-    fields = {f.name for f in dataclasses.fields(TransformerConfig)}
-    unknown = sorted(set(overrides) - fields)
-    if unknown:
-        raise TypeError(f"Unknown build_model arguments: {unknown}")
-    return config.replace(**overrides)
+# The config's fields read as the model's own attributes (``model.d_model``).
+for _field in dataclasses.fields(TransformerConfig):
+    setattr(
+        Transformer,
+        _field.name,
+        property(lambda self, name=_field.name: getattr(self.config, name)),
+    )
+del _field
 
 
 class _Parts:
@@ -739,18 +280,9 @@ class _Parts:
         "decoder_norm",
     )
 
-    def __init__(
-        self,
-        src_vocab_size,
-        tgt_vocab_size,
-        num_layers,
-        block_args,
-        share,
-        max_length,
-        dtype,
-    ):
-        d_model, epsilon = block_args["d_model"], block_args["layer_norm_epsilon"]
-        if share:
+    def __init__(self, config, src_vocab_size, tgt_vocab_size, dtype):
+        d_model = config.d_model
+        if config.share_embeddings:
             self.source_embedding = self.target_embedding = TokenEmbedding(
                 src_vocab_size, d_model, dtype=dtype, name="shared_embedding"
             )
@@ -761,35 +293,46 @@ class _Parts:
             self.target_embedding = TokenEmbedding(
                 tgt_vocab_size, d_model, dtype=dtype, name="target_embedding"
             )
-        rate = block_args["dropout"]
         for side in ("encoder", "decoder"):
             # §3.5: positional encodings added to the embeddings; §5.4:
             # dropout on their sum.
             setattr(
                 self,
                 f"{side}_position",
-                SinusoidalEncoding(max_length, dtype=dtype, name=f"{side}_position"),
+                SinusoidalEncoding(
+                    config.max_length, dtype=dtype, name=f"{side}_position"
+                ),
             )
             setattr(
                 self,
                 f"{side}_dropout",
-                Dropout(rate, dtype=dtype, name=f"{side}_dropout"),
+                Dropout(config.dropout, dtype=dtype, name=f"{side}_dropout"),
             )
             # Pre-LN ends each stack with a LayerNorm; post-LN has none.
             norm = None
-            if block_args["norm_first"]:
+            if config.norm_first:
                 norm = keras.layers.LayerNormalization(
-                    epsilon=epsilon, dtype=dtype, name=f"{side}_norm"
+                    epsilon=config.layer_norm_epsilon, dtype=dtype, name=f"{side}_norm"
                 )
             setattr(self, f"{side}_norm", norm)
         # §3.1: N identical layers in each stack.
+        block = dict(
+            d_model=d_model,
+            num_heads=config.num_heads,
+            d_ff=config.d_ff,
+            dropout=config.dropout,
+            attention_dropout=config.attention_dropout,
+            norm_first=config.norm_first,
+            layer_norm_epsilon=config.layer_norm_epsilon,
+            dtype=dtype,
+        )
         self.encoder_blocks = [
-            EncoderBlock(**block_args, dtype=dtype, name=f"encoder_block_{i}")
-            for i in range(num_layers)
+            EncoderBlock(**block, name=f"encoder_block_{i}")
+            for i in range(config.num_layers)
         ]
         self.decoder_blocks = [
-            DecoderBlock(**block_args, dtype=dtype, name=f"decoder_block_{i}")
-            for i in range(num_layers)
+            DecoderBlock(**block, name=f"decoder_block_{i}")
+            for i in range(config.num_layers)
         ]
 
     def encoder(self, encoder_inputs, training=None, return_attention_scores=False):
@@ -941,7 +484,7 @@ def build_model(
     Returns:
         A ``Transformer``.
     """
-    cfg = get_config(config, **overrides)
+    cfg = transformer_config(config, **overrides)
     return Transformer(
         src_vocab_size=src_vocab_size,
         tgt_vocab_size=tgt_vocab_size,

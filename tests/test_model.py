@@ -350,15 +350,14 @@ def test_mixed_precision_training_and_padding_rows_are_finite(policy):
 
 
 @pytest.mark.slow
-@pytest.mark.early("torch")  # minutes of torch.compile: not last in the run
+@pytest.mark.early("torch")  # a long torch.compile: not last in the run
 @(pytest.mark.no_cover if BACKEND == "torch" else lambda test: test)
 def test_compiled_training_under_mixed_bfloat16():
     """``jit_compile=True`` trains under ``mixed_bfloat16`` on every backend:
     XLA on JAX and TensorFlow, ``torch.compile`` on PyTorch. On PyTorch the
-    first step compiles for one to two minutes on two cores (three before
-    its graph breaks were taken out), longer under coverage's tracer: hence
-    ``no_cover`` there (pytest-cov's marker; the lines it runs are covered
-    by the other training tests)."""
+    first step's compilation is long on two cores, longer still under
+    coverage's tracer: hence ``no_cover`` there (pytest-cov's marker; the
+    lines it runs are covered by the other training tests)."""
     model = small_model(num_layers=1, dropout=0.1, dtype="mixed_bfloat16")
     model.compile(
         optimizer=keras.optimizers.Adam(1e-2),
@@ -395,7 +394,7 @@ def test_compiled_training_under_mixed_bfloat16():
     # Graph breaks only at Keras' `loss.backward()` (counted once per trace):
     # no value check leaves the graph (the batch is checked on the host
     # first), nor Keras' probe for a flash-attention kernel. Each break would
-    # cost the first step more tracing (docs/results.md, #13).
+    # cost the first step more tracing (docs/results.md).
     breaks = counters["graph_break"]
     assert breaks and all("Tensor.backward()" in reason for reason in breaks), list(
         breaks
@@ -501,7 +500,7 @@ def test_optimizer_is_built_before_the_first_step_is_traced(entry):
 @pytest.mark.slow
 @pytest.mark.once
 def test_user_snippet_tiny_fit_save_load(tmp_path):
-    # The snippet from the issue, with "tiny": compile, fit on a dict, save, load.
+    # A user's first snippet, with "tiny": compile, fit on a dict, save, load.
     import keras_transformer
 
     model = keras_transformer.build_model("tiny", src_vocab_size=1000)
@@ -918,7 +917,7 @@ def test_compiled_torch_steps_check_each_batch_on_the_host(monkeypatch):
 
     def spy(self, *args, **kwargs):
         if kwargs.get("training"):  # a training step (not Keras' spec probes)
-            flags.append(_checks.batch_checked_on_host())
+            flags.append(_checks.inputs_were_checked())
         return call(self, *args, **kwargs)
 
     monkeypatch.setattr(Transformer, "__call__", spy)
@@ -1097,3 +1096,34 @@ def test_attention_weights_requests_take_the_explicit_path(monkeypatch):
     encoder(x)
     decoder(x, memory)
     assert len(calls) == 3
+
+
+def test_the_model_holds_its_config_and_derives_get_config_from_it():
+    model = kt.build_model("tiny", src_vocab_size=40, d_model=32, num_heads=2)
+    assert model.config == kt.transformer_config("tiny", d_model=32, num_heads=2)
+    assert model.d_model == 32 and model.num_layers == model.config.num_layers == 2
+    config = model.get_config()
+    assert {k: config[k] for k in ("src_vocab_size", "tgt_vocab_size")} == {
+        "src_vocab_size": 40,
+        "tgt_vocab_size": 40,
+    }
+    assert kt.TransformerConfig(**{
+        k: v for k, v in config.items()
+        if k not in ("name", "trainable", "dtype", "src_vocab_size", "tgt_vocab_size")
+    }) == model.config  # fmt: skip
+    again = Transformer.from_config(config)
+    assert again.config == model.config and again.count_params() == model.count_params()
+
+
+def test_the_old_names_still_work_with_a_deprecation_warning():
+    with pytest.warns(DeprecationWarning, match="transformer_config"):
+        assert kt.get_config("tiny", d_model=64) == kt.transformer_config(
+            "tiny", d_model=64
+        )
+    from keras_transformer import allocator
+
+    with pytest.warns(DeprecationWarning, match="keras_transformer.allocator"):
+        assert kt.keep_freed_memory is allocator.keep_freed_memory
+    assert "keep_freed_memory" not in kt.__all__ and "get_config" not in kt.__all__
+    with pytest.raises(AttributeError, match="no attribute 'missing'"):
+        kt.missing  # noqa: B018
