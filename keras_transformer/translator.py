@@ -14,7 +14,7 @@ Decoding (the search itself is ``keras_transformer.decoding``):
   model on the prefix instead (the same tokens, slower).
 - Sources are encoded with ``END_ID`` at the end (``encode``'s convention,
   the one training uses), padded with 0 to a bucket length from
-  ``bucket_boundaries(..., step=2)`` (8, 16, 32, ... up to the model's
+  ``bucket_length(..., step=2)`` (8, 16, 32, ... up to the model's
   ``max_length``). The output width (and cache length) takes the same
   buckets, and batches have a power-of-two number of rows (padding rows are
   all 0 and generate nothing), so the compiled decoding loop is built once
@@ -33,11 +33,11 @@ Decoding (the search itself is ``keras_transformer.decoding``):
   useful than failing a whole batch for one long line, and the warning says
   that it happened. Text the tokenizer cannot spell becomes ``<unk>``, also
   with a ``UserWarning``.
-- Every search argument is checked before a sentence is read, and every
-  sentence must be a ``str`` with a UTF-8 encoding: ``None``, bytes or a
-  number raise ``TypeError`` (rather than being translated as the words
-  "None", "b'...'" or "42"), a lone surrogate ``ValueError``, each naming
-  the sentence's index.
+- The search's settings are one ``SearchOptions``, checked once before a
+  sentence is read, and every sentence must be a ``str`` with a UTF-8
+  encoding: ``None``, bytes or a number raise ``TypeError`` (rather than
+  being translated as the words "None", "b'...'" or "42"), a lone surrogate
+  ``ValueError``, each naming the sentence's index.
 
 keras-hub 0.32 reads the vocabulary asset with ``open()`` and no ``close()``,
 so ``load_model`` emits a ``ResourceWarning`` (harmless; an error only where
@@ -51,7 +51,7 @@ import keras
 import numpy as np
 
 from keras_transformer import decoding
-from keras_transformer.data.batching import bucket_boundaries
+from keras_transformer.data.batching import bucket_length
 from keras_transformer.data.tokenizer import (
     END_ID,
     PAD_ID,
@@ -61,41 +61,14 @@ from keras_transformer.data.tokenizer import (
     special_ids,
 )
 from keras_transformer.progress import Progress
+from keras_transformer.search_options import SearchOptions, check_length
 
 # Paper §6.1: "We set the maximum output length during inference to input
 # length + 50".
 EXTRA_OUTPUT_LENGTH = 50
-
-
-def _check_length(value, name, optional=True):
-    if value is None and optional:
-        return None
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        kind = "an int or None" if optional else "an int"
-        raise TypeError(f"{name} must be {kind}. Received: {name}={value!r}")
-    if value < 1:
-        raise ValueError(f"{name} must be >= 1. Received: {name}={value}")
-    return int(value)
-
-
-def _check_search(beam_size, length_penalty, max_output_length, batch_size, use_cache):
-    """The search arguments, checked and normalised (TypeError, ValueError)."""
-    # A truthy string such as "no" would otherwise select the cache.
-    if not isinstance(use_cache, (bool, np.bool_)):
-        raise TypeError(f"use_cache must be a bool. Received: use_cache={use_cache!r}")
-    return (
-        decoding.check_beam_size(beam_size),
-        decoding.check_length_penalty(length_penalty),
-        _check_length(max_output_length, "max_output_length"),
-        _check_length(batch_size, "batch_size", optional=False),
-        bool(use_cache),
-    )
-
-
-def _check_verbose(verbose):
-    if isinstance(verbose, float) or verbose not in (0, 1):
-        raise ValueError(f"verbose must be 0 or 1. Received: verbose={verbose!r}")
-    return bool(verbose)
+# Source and output widths are padded to lengths 8, 16, 32, ...: a new
+# input length rarely means a new compilation of the search.
+_WIDTHS = {"min_length": 8, "step": 2, "multiple": 8}
 
 
 def _check_texts(texts):
@@ -122,24 +95,6 @@ def _check_texts(texts):
                 f"{bad!r} at index {error.start}"
             ) from None
     return texts
-
-
-def _bucket(length, boundaries):
-    """The smallest boundary >= length (boundaries double from 8 without end)."""
-    for boundary in boundaries:
-        if boundary >= length:
-            return boundary
-    # No model max_length: keep doubling.
-    boundary = boundaries[-1] if boundaries else 8
-    while boundary < length:
-        boundary *= 2
-    return boundary
-
-
-def _boundaries(max_length):
-    if max_length is None:
-        return [8]
-    return bucket_boundaries(max_length, min_length=8, step=2, multiple=8)
 
 
 def inference_copy(transformer):
@@ -181,15 +136,13 @@ class Translator(keras.Model):
         super().__init__(**kwargs)
         self.tokenizer = tokenizer
         self.transformer = transformer
-        self.max_output_length = _check_length(max_output_length, "max_output_length")
+        self.max_output_length = check_length(max_output_length, "max_output_length")
         self.source_max_length = self.target_max_length = transformer.max_length
         self._source_vocabulary_size = transformer.src_vocab_size
         # A tokenizer loaded from a .keras file has no vocabulary until its
         # asset is read (after from_config); check the sizes when it has one.
         if getattr(tokenizer, "proto", None) is not None:
             self.check_tokenizer()
-        self._source_boundaries = _boundaries(self.source_max_length)
-        self._target_boundaries = _boundaries(self.target_max_length)
         self.built = True
 
     def check_tokenizer(self):
@@ -234,35 +187,16 @@ class Translator(keras.Model):
 
     # -- decoding ------------------------------------------------------------
 
-    def translate(
-        self,
-        texts,
-        beam_size=4,
-        length_penalty=0.6,
-        max_output_length=None,
-        batch_size=64,
-        use_cache=True,
-        verbose=0,
-    ):
+    def translate(self, texts, search=None, **options):
         """Translate sentences with beam search (greedy with ``beam_size=1``).
 
         Args:
             texts: list (or other iterable) of str; anything else, or text
                 with no UTF-8 encoding (a lone surrogate), is refused.
-            beam_size: int >= 1, hypotheses kept per sentence; the paper's 4
-                by default (§6.1). 1 is greedy search.
-            length_penalty: finite float >= 0, α of the length penalty
-                ``((5 + |Y|) / 6) ** α`` (paper: 0.6).
-            max_output_length: optional int, maximum number of generated
-                tokens per sentence (``END_ID`` included); overrides the
-                constructor's value and the default source length + 50. Capped
-                by the model's ``max_length``.
-            batch_size: int, most sentences decoded together.
-            use_cache: bool, decode with the key/value cache (default), or
-                rerun the whole model on the prefix at each step (slower; the
-                same tokens).
-            verbose: 0 (silent) or 1: sentences done, sentences per second
-                and time left on stderr (``keras_transformer.progress``).
+            search: optional ``SearchOptions``.
+            **options: its fields, replacing ``search``'s: ``beam_size``
+                (4), ``length_penalty`` (0.6), ``max_output_length``,
+                ``batch_size`` (64), ``use_cache`` (True), ``verbose`` (0).
 
         Returns:
             list of str, one per input (``""`` where the model ends at once).
@@ -271,83 +205,44 @@ class Translator(keras.Model):
             TypeError, ValueError: a bad argument, before any sentence is
                 read.
         """
-        ids = self.translate_ids(
-            texts,
-            beam_size,
-            length_penalty,
-            max_output_length,
-            batch_size,
-            use_cache,
-            verbose,
-        )
-        return decode(self.tokenizer, ids)
+        best = self.translate_ids(texts, SearchOptions.of(search, **options))
+        return decode(self.tokenizer, best)
 
-    def translate_ids(
-        self,
-        texts,
-        beam_size=4,
-        length_penalty=0.6,
-        max_output_length=None,
-        batch_size=64,
-        use_cache=True,
-        verbose=0,
-    ):
+    def translate_ids(self, texts, search=None, **options):
         """Like ``translate`` but returns the generated token ids.
 
         Returns:
             list of lists of int: the tokens after ``START_ID``, ending with
             ``END_ID`` unless the maximum output length was reached first.
         """
-        search = _check_search(
-            beam_size, length_penalty, max_output_length, batch_size, use_cache
-        )
-        _check_verbose(verbose)
-        hypotheses = self.decode_ids(
-            self.encode_sources(texts), *search, verbose=verbose
-        )
-        return [best[0][0] for best in hypotheses]
+        search = SearchOptions.of(search, **options)
+        hypotheses = self._decode(self.encode_sources(texts), search)
+        return [row[0][0] for row in hypotheses]
 
-    def n_best(
-        self,
-        texts,
-        n=None,
-        beam_size=4,
-        length_penalty=0.6,
-        max_output_length=None,
-        batch_size=64,
-        use_cache=True,
-        verbose=0,
-    ):
+    def n_best(self, texts, n=None, search=None, **options):
         """The ``n`` best translations of each sentence, with their scores.
 
         Args:
             texts: list of str.
             n: int, at most ``beam_size`` (default: ``beam_size``).
-            other arguments: as for ``translate``.
+            search, **options: as for ``translate``.
 
         Returns:
             list (one per input) of lists of ``(translation, score)``, best
-            first; the score is ``log P(Y | X) / lp(Y)``, the quantity the
-            search ranks by.
+            first; the score is the search's ``log P(Y | X) / lp(Y)``, the
+            quantity it ranks by.
         """
-        # beam_size first: n defaults to it and is bounded by it.
-        search = _check_search(
-            beam_size, length_penalty, max_output_length, batch_size, use_cache
-        )
-        beam_size = search[0]
-        n = beam_size if n is None else n
+        # The search first: n defaults to beam_size and is bounded by it.
+        search = SearchOptions.of(search, **options)
+        n = search.beam_size if n is None else n
         if isinstance(n, bool) or not isinstance(n, numbers.Integral):
             raise TypeError(f"n must be an int. Received: n={n!r}")
-        if not 1 <= n <= beam_size:
+        if not 1 <= n <= search.beam_size:
             raise ValueError(
-                f"n must be between 1 and beam_size={beam_size}. Received: n={n}"
+                f"n must be between 1 and beam_size={search.beam_size}. Received: n={n}"
             )
-        _check_verbose(verbose)
-        hypotheses = self.decode_ids(
-            self.encode_sources(texts), *search, verbose=verbose
-        )
         results = []
-        for row in hypotheses:
+        for row in self._decode(self.encode_sources(texts), search):
             row = row[:n]
             texts_out = decode(self.tokenizer, [ids for ids, _ in row])
             results.append(
@@ -407,34 +302,24 @@ class Translator(keras.Model):
             max_output_length = min(max_output_length, self.target_max_length)
         return max_output_length
 
-    def decode_ids(
-        self,
-        source_ids,
-        beam_size=4,
-        length_penalty=0.6,
-        max_output_length=None,
-        batch_size=64,
-        use_cache=True,
-        verbose=0,
-    ):
+    def decode_ids(self, source_ids, search=None, **options):
         """Search for the translations of encoded sources.
 
         Args:
             source_ids: list of lists of int, each ending with ``END_ID`` (as
                 ``encode`` gives them), no padding, at most the model's
                 ``max_length`` long.
-            other arguments: as for ``translate``.
+            search, **options: as for ``translate``.
 
         Returns:
             list (one per source) of ``beam_size`` hypotheses ``(ids,
-            score)``, best first: ids as in ``translate_ids``, score
-            ``log P(Y | X) / lp(Y)``.
+            score)``, best first: ids as in ``translate_ids``, the score
+            the search's ``log P(Y | X) / lp(Y)``.
         """
-        beam_size, length_penalty, max_output_length, batch_size, use_cache = (
-            _check_search(
-                beam_size, length_penalty, max_output_length, batch_size, use_cache
-            )
-        )
+        return self._decode(source_ids, SearchOptions.of(search, **options))
+
+    def _decode(self, source_ids, search):
+        max_output_length = search.max_output_length
         if max_output_length is None:
             max_output_length = self.max_output_length
         sources = [[int(i) for i in row] for row in source_ids]
@@ -455,16 +340,11 @@ class Translator(keras.Model):
         # Sort by length so that a batch shares one source bucket.
         order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
         results = [None] * len(sources)
-        progress = Progress(len(sources)) if _check_verbose(verbose) else None
-        for start in range(0, len(order), batch_size):
-            chunk = order[start : start + batch_size]
+        progress = Progress(len(sources)) if search.verbose else None
+        for start in range(0, len(order), search.batch_size):
+            chunk = order[start : start + search.batch_size]
             outputs = self._decode_batch(
-                [sources[i] for i in chunk],
-                [limits[i] for i in chunk],
-                batch_size,
-                beam_size,
-                length_penalty,
-                use_cache,
+                [sources[i] for i in chunk], [limits[i] for i in chunk], search
             )
             for i, output in zip(chunk, outputs, strict=True):
                 results[i] = output
@@ -472,15 +352,13 @@ class Translator(keras.Model):
                 progress.update(start + len(chunk))
         return results
 
-    def _decode_batch(
-        self, sources, limits, batch_size, beam_size, length_penalty, use_cache
-    ):
+    def _decode_batch(self, sources, limits, search):
         rows = len(sources)
         # A power of two of rows (capped by batch_size) and bucketed widths
         # keep the compiled loop's shapes few.
-        padded_rows = min(1 << (rows - 1).bit_length(), batch_size)
-        src_width = _bucket(
-            max(max(len(r) for r in sources), 1), self._source_boundaries
+        padded_rows = min(1 << (rows - 1).bit_length(), search.batch_size)
+        src_width = bucket_length(
+            max(max(len(r) for r in sources), 1), self.source_max_length, **_WIDTHS
         )
         src = np.zeros((padded_rows, src_width), "int32")
         for i, row in enumerate(sources):
@@ -488,40 +366,41 @@ class Translator(keras.Model):
         # Padding rows generate nothing (limit 0).
         max_lengths = np.zeros(padded_rows, "int32")
         max_lengths[:rows] = limits
-        width = _bucket(max(limits), self._target_boundaries)
-        if beam_size == 1:
+        width = bucket_length(max(limits), self.target_max_length, **_WIDTHS)
+        ids = special_ids(self.tokenizer)
+        if search.beam_size == 1:
             tokens, log_probs = decoding.greedy_search(
-                self.transformer,
-                src,
-                max_lengths,
-                width,
-                use_cache,
-                **special_ids(self.tokenizer),
+                self.transformer, src, max_lengths, width, search.use_cache, **ids
             )
-            tokens, log_probs = tokens[:, None], log_probs[:, None]
+            tokens, log_probs, scores = tokens[:, None], log_probs[:, None], None
         else:
-            tokens, _, log_probs = decoding.beam_search(
+            tokens, scores, log_probs = decoding.beam_search(
                 self.transformer,
                 src,
                 max_lengths,
-                beam_size,
-                length_penalty,
+                search.beam_size,
+                search.length_penalty,
                 width,
-                use_cache,
-                **special_ids(self.tokenizer),
+                search.use_cache,
+                **ids,
             )
         outputs = []
         for i in range(rows):
             hypotheses = []
-            for ids, log_prob in zip(tokens[i], log_probs[i], strict=True):
+            for j, (row, log_prob) in enumerate(
+                zip(tokens[i], log_probs[i], strict=True)
+            ):
                 if hypotheses and log_prob < decoding.IMPOSSIBLE / 2:
                     continue  # an empty beam slot (vocabulary < beam)
                 # Generated tokens are never PAD_ID: the first 0 ends a row.
-                ids = ids.tolist()
-                ids = ids[: ids.index(PAD_ID)] if PAD_ID in ids else ids
-                score = float(log_prob) / decoding.length_penalty(
-                    len(ids), length_penalty
-                )
-                hypotheses.append((ids, score))
-            outputs.append(sorted(hypotheses, key=lambda h: -h[1]))
+                row = row.tolist()
+                row = row[: row.index(PAD_ID)] if PAD_ID in row else row
+                if scores is None:  # greedy search ranks by log P alone
+                    score = float(log_prob) / decoding.length_penalty(
+                        len(row), search.length_penalty
+                    )
+                else:
+                    score = float(scores[i, j])
+                hypotheses.append((row, score))
+            outputs.append(hypotheses)
         return outputs

@@ -15,7 +15,7 @@ import pytest
 
 import keras_transformer as kt
 from keras_transformer.attention_maps import AttentionMaps, attention_maps
-from keras_transformer.commands import attention as attention_cli
+from keras_transformer.cli import attention as attention_cli
 from keras_transformer.data import tokenizer as tk
 from keras_transformer.data.numbers import english, german
 from keras_transformer.plotting import plot_attention, plot_attention_maps

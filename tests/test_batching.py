@@ -198,7 +198,7 @@ def test_padding_fraction():
     longest = max(max(pair) for pair in sizes)
     real = sum(a + b for a, b in sizes)
     naive = 1 - real / (2 * len(sizes) * longest)
-    assert naive > 0.5  # the waste the issue complains about
+    assert naive > 0.5  # the waste that bucketing avoids
     # Bucketed, from the lengths alone: each pair takes 2 x its bucket
     # length, and each bucket's last batch is topped up with empty rows.
     counts = collections.Counter(
@@ -405,3 +405,29 @@ def test_target_tokens_count_each_batchs_targets_and_end_tokens():
         _, labels = dataset[index]
         assert dataset.target_tokens(index) == int((labels != 0).sum())
     assert sum(dataset.target_tokens(i) for i in range(len(dataset))) == 14
+
+
+@pytest.mark.once
+def test_one_rule_gives_training_and_decoding_buckets():
+    from keras_transformer.data import TRAINING_BUCKETS, bucket_length
+
+    # Training: every multiple of 4 to 32, then about 1.2 times apart (the
+    # integer part of 1.2 × 404 = 484.8, rounded up to a multiple of 4), the
+    # longest example last.
+    assert bucket_boundaries(128, **TRAINING_BUCKETS) == [
+        8, 12, 16, 20, 24, 28, 32, 40, 48, 60, 72, 88, 108, 128,
+    ]  # fmt: skip
+    assert bucket_boundaries(500, **TRAINING_BUCKETS)[-4:] == [336, 404, 484, 500]
+    assert bucket_boundaries(10, **TRAINING_BUCKETS) == [8, 10]
+    # Decoding: powers of two from 8, capped by the model's max_length, and
+    # without end when there is none.
+    widths = {"step": 2, "multiple": 8}
+    assert [bucket_length(n, 100, **widths) for n in (1, 8, 9, 17, 33, 65, 100)] == [
+        8, 8, 16, 32, 64, 100, 100,
+    ]  # fmt: skip
+    assert bucket_length(300, None, **widths) == 512
+    for n in range(1, 129):
+        bounds = bucket_boundaries(128, **widths)
+        assert bucket_length(n, 128, **widths) == min(b for b in bounds if b >= n)
+    with pytest.raises(ValueError, match="step must be > 1"):
+        bucket_length(5, step=1)

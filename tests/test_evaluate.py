@@ -1,4 +1,4 @@
-"""training.evaluate: scoring, the command end to end, and its failures."""
+"""kt-evaluate: scoring, the command end to end, and its failures."""
 
 import json
 
@@ -7,7 +7,7 @@ import pytest
 
 import keras_transformer as kt
 from keras_transformer import evaluation
-from keras_transformer.commands import evaluate
+from keras_transformer.cli import evaluate
 from keras_transformer.data import tokenizer as tk
 
 SENTENCES = [
@@ -161,7 +161,7 @@ def test_end_to_end(model_path, data, tmp_path, capsys):
     assert saved["beam_size"] == 3 and saved["length_penalty"] == 0.5
     translator = evaluation.load_translator(model_path)
     sources = SENTENCES[10:15]
-    assert lines[:5] == translator.translate(sources, 3, 0.5)
+    assert lines[:5] == translator.translate(sources, beam_size=3, length_penalty=0.5)
     printed = capsys.readouterr().out
     assert "BLEU" in printed and "chrF" in printed and str(out) in printed
 
@@ -271,7 +271,7 @@ def test_model_that_is_not_a_translator(data, tmp_path, capsys):
     assert f"{model}: holds a Transformer, not a keras_transformer Translator" in err
 
 
-# -- training.translate ----------------------------------------------------------
+# -- kt-translate ----------------------------------------------------------------
 
 
 @pytest.mark.slow
@@ -279,7 +279,7 @@ def test_model_that_is_not_a_translator(data, tmp_path, capsys):
 def test_translate_command_arguments_and_stdin(model_path, capsys):
     import io
 
-    from keras_transformer.commands import translate
+    from keras_transformer.cli import translate
 
     sentences = SENTENCES[:3]
     expected = evaluation.load_translator(model_path).translate(sentences)
@@ -297,7 +297,7 @@ def test_translate_command_arguments_and_stdin(model_path, capsys):
 @pytest.mark.slow
 @pytest.mark.once
 def test_translate_command_search_options(model_path, capsys):
-    from keras_transformer.commands import translate
+    from keras_transformer.cli import translate
 
     sentences = SENTENCES[3:5]
     translator = evaluation.load_translator(model_path)
@@ -329,7 +329,7 @@ def test_translate_command_search_options(model_path, capsys):
 
 @pytest.mark.once
 def test_translate_command_missing_model(tmp_path, capsys):
-    from keras_transformer.commands import translate
+    from keras_transformer.cli import translate
 
     with pytest.raises(SystemExit) as raised:
         translate.main(["--model", str(tmp_path / "none.keras"), "hello"])

@@ -88,7 +88,7 @@ def next_logits(model, src_ids, prefix):
     decoder = np.zeros((1, DECODER_WIDTH), "int32")
     decoder[0, : len(prefix)] = prefix
     # predict_on_batch: inference mode, compiled per shape (an eager call per
-    # step takes about a second on JAX, each new shape recompiling every op).
+    # step is slow on JAX, each new shape recompiling every op).
     logits = model.predict_on_batch(
         {"encoder_inputs": np.array([src_ids], "int32"), "decoder_inputs": decoder}
     )
@@ -192,7 +192,7 @@ def test_greedy_matches_naive_reference(trained):
 
 # Splitting into batches is the Translator's own NumPy, and the uncached
 # search is checked against the cached one on every backend in
-# test_decoding.py; each compiles a search of its own (10 s on TensorFlow).
+# test_decoding.py; each compiles a search of its own (slow on TensorFlow).
 @pytest.mark.slow
 @pytest.mark.once
 def test_greedy_in_batches_and_uncached_matches_naive_reference(trained):
@@ -328,8 +328,9 @@ def test_beam_matches_naive_reference(trained, alpha):
     assert len(lengths) >= 2 and limit in lengths
     for use_cache in (True, False):
         got = trained.decode_ids(
-            src, 3, alpha, max_output_length=limit, use_cache=use_cache
-        )
+            src, beam_size=3, length_penalty=alpha, max_output_length=limit,
+            use_cache=use_cache,
+        )  # fmt: skip
         for beam, reference in zip(got, expected, strict=True):
             assert [ids for ids, _ in beam] == [ids for ids, _ in reference]
             np.testing.assert_allclose(
@@ -338,7 +339,9 @@ def test_beam_matches_naive_reference(trained, alpha):
                 rtol=1e-4,
                 atol=1e-5,  # float32 log-probabilities against float64
             )
-    best = trained.translate_ids(texts, 3, alpha, max_output_length=limit)
+    best = trained.translate_ids(
+        texts, beam_size=3, length_penalty=alpha, max_output_length=limit
+    )
     assert best == [reference[0][0] for reference in expected]
 
 
@@ -405,3 +408,58 @@ def test_verbose_shows_sentences_done_on_stderr(tokenizer, capsys):
     # Refused before any sentence is read (the texts are not even text).
     with pytest.raises(ValueError, match="verbose must be 0 or 1"):
         translator.n_best([None], verbose=2)
+
+
+@pytest.mark.once
+def test_search_options_are_one_value_checked_once(trained, monkeypatch):
+    from keras_transformer import SearchOptions, decoding
+
+    checks = []
+    real = decoding.check_beam_size
+    monkeypatch.setattr(
+        decoding, "check_beam_size", lambda b: checks.append(b) or real(b)
+    )
+    texts = SOURCES[:3]
+    for method in ("translate", "translate_ids", "n_best"):
+        checks.clear()
+        getattr(trained, method)(texts, beam_size=1, max_output_length=6)
+        assert checks == [1], method
+    greedy = SearchOptions(beam_size=1, max_output_length=6)
+    checks.clear()
+    trained.translate(texts, search=greedy)
+    assert checks == []  # checked when it was made
+    assert trained.translate(texts, search=greedy) == trained.translate(
+        texts, beam_size=1, max_output_length=6
+    )
+    # Keyword options replace the given value's fields.
+    assert trained.translate(texts, search=greedy, beam_size=2) == trained.translate(
+        texts, beam_size=2, max_output_length=6
+    )
+    with pytest.raises(TypeError, match=r"Unknown search options \['beam'\]"):
+        trained.translate(texts, beam=2)
+    with pytest.raises(TypeError, match="search must be a SearchOptions"):
+        trained.translate(texts, 2)
+    with pytest.raises(ValueError, match="beam_size must be >= 1"):
+        SearchOptions(beam_size=0)
+
+
+@pytest.mark.once
+def test_n_best_gives_the_searchs_own_scores(trained, monkeypatch):
+    from keras_transformer import decoding
+
+    returned = []
+    real = decoding.beam_search
+
+    def recording(*args, **kwargs):
+        result = real(*args, **kwargs)
+        returned.append(result[1])
+        return result
+
+    monkeypatch.setattr(decoding, "beam_search", recording)
+    texts = SOURCES[:4]
+    n_best = trained.n_best(texts, n=2, beam_size=3, batch_size=4)
+    (scores,) = returned  # one batch; rows sorted by length, none padded out
+    lengths = [len(ids) for ids in trained.encode_sources(texts)]
+    order = sorted(range(len(texts)), key=lambda i: lengths[i])
+    for row, i in enumerate(order):
+        assert [score for _, score in n_best[i]] == [float(s) for s in scores[row, :2]]

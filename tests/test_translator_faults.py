@@ -18,7 +18,7 @@ import pytest
 
 import keras_transformer as kt
 from keras_transformer import decoding, evaluation
-from keras_transformer.commands import attention, evaluate, translate
+from keras_transformer.cli import attention, evaluate, translate
 from keras_transformer.data import tokenizer as tk
 from tests.test_evaluate import SENTENCES
 
@@ -77,12 +77,12 @@ def unconsumed(texts):
     return generate(), taken
 
 
-# -- sentences (item 6) --------------------------------------------------------
+# -- sentences -----------------------------------------------------------------
 
 METHODS = ["translate", "translate_ids", "n_best"]
 
 
-# Without the fix the words "None", "b'a man'" ... are translated, with a
+# Unchecked, the words "None", "b'a man'" ... would be translated, with a
 # warning about their unknown characters; ignoring it lets such a run fail
 # as "did not raise".
 @pytest.mark.once
@@ -161,7 +161,7 @@ def test_a_tokenizer_without_vocabulary_is_named(saved, tmp_path):
         loaded.translate(TEXTS, **FAST)
 
 
-# -- search arguments (item 10) ------------------------------------------------
+# -- search arguments ----------------------------------------------------------
 
 BAD_ARGUMENTS = [
     # (argument, value, error, message)
@@ -244,7 +244,7 @@ def test_numpy_numbers_are_search_arguments(translator):
     assert translator.translate(TEXTS, **numpy_fast) == expected
 
 
-# -- damaged files (item 9) ----------------------------------------------------
+# -- damaged files -------------------------------------------------------------
 
 
 def damage(kind, saved, directory):
@@ -361,7 +361,8 @@ def test_python_m_translate_prints_no_traceback(saved, tmp_path):
     # that --verbose brings them back).
     env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
     done = subprocess.run(
-        [sys.executable, "-m", "training.translate", "--model", str(model), "x"],
+        [sys.executable, "-m", "keras_transformer.cli.translate"]
+        + ["--model", str(model), "x"],
         cwd=REPO,
         env=env,
         capture_output=True,

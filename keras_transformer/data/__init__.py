@@ -1,8 +1,10 @@
 """Data for training and evaluation: built-in task, corpora, tokenizer, batching."""
 
 from keras_transformer.data.batching import (
+    TRAINING_BUCKETS,
     BucketedDataset,
     bucket_boundaries,
+    bucket_length,
     make_batches,
     padding_fraction,
 )
@@ -59,7 +61,9 @@ __all__ = [
     "iter_lines",
     "iter_parallel",
     "sample_pairs",
+    "TRAINING_BUCKETS",
     "bucket_boundaries",
+    "bucket_length",
     "decode",
     "encode",
     "english",

@@ -27,10 +27,9 @@ Conventions:
   input. With ``rows_multiple = k`` the rows are rounded down to a multiple
   of ``k`` (``(batch_tokens // L) // k · k``), so that every batch splits
   evenly over ``k`` data-parallel replicas. A bucket's last, partial batch is
-  filled up with all-padding rows:
-  each bucket then comes with exactly one array shape, and a compiled step
-  (``jax.jit``, XLA) is traced once per bucket rather than once per batch.
-  Padding rows carry no loss (their labels are all padding).
+  filled up with all-padding rows (which carry no loss): each bucket then has
+  one array shape, and a compiled step (``jax.jit``, XLA) is traced once per
+  bucket rather than once per batch.
 """
 
 import numbers
@@ -41,14 +40,46 @@ import numpy as np
 from keras_transformer import backend
 from keras_transformer.special_tokens import END_ID, PAD_ID, START_ID
 
+# The buckets of a training run: every multiple of 4 from 8 to 32 (short
+# sentences, such as the numbers task's 5 to 15 tokens, waste little), then
+# about 1.2 times apart.
+TRAINING_BUCKETS = {"min_length": 8, "step": 1.2, "multiple": 4, "linear_until": 32}
 
-def bucket_boundaries(max_length, min_length=8, step=1.25, multiple=8):
-    """Padded lengths growing geometrically from ``min_length`` to ``max_length``.
 
-    Each boundary is the previous one times ``step``, rounded up to a multiple
-    of ``multiple``; the last is ``max_length`` itself (the longest sequence
-    kept). With a ratio ``step`` between neighbours no example is padded by
-    more than about ``1 - 1/step`` of its bucket (20 % for 1.25).
+def _grid(min_length, step, multiple, linear_until):
+    """The bucket lengths without end: multiples of ``multiple`` from
+    ``min_length``, every one up to ``linear_until``, then each the previous
+    one times ``step`` (its integer part rounded up to a multiple)."""
+    boundary = -(-min_length // multiple) * multiple
+    while True:
+        yield boundary
+        if boundary < linear_until:
+            boundary += multiple
+        else:
+            boundary = -(-int(boundary * step) // multiple) * multiple
+
+
+def _check_rule(min_length, step, multiple, linear_until):
+    for name, value in (("min_length", min_length), ("multiple", multiple)):
+        _check_positive_int(value, name)
+    if linear_until is not None:
+        _check_positive_int(linear_until, "linear_until")
+    if not step > 1:
+        raise ValueError(f"step must be > 1. Received: step={step!r}")
+    return _grid(min_length, step, multiple, linear_until or 0)
+
+
+def bucket_boundaries(
+    max_length, min_length=8, step=1.25, multiple=8, linear_until=None
+):
+    """Padded lengths growing from ``min_length`` to ``max_length``.
+
+    The one rule for bucket lengths (training batches and the translator's
+    compiled shapes): multiples of ``multiple`` from ``min_length``, every
+    one up to ``linear_until``, then each about ``step`` times the last; the
+    last boundary is ``max_length`` itself (the longest sequence kept). With
+    a ratio ``step`` between neighbours no example is padded by more than
+    about ``1 - 1/step`` of its bucket (20 % for 1.25).
 
     Args:
         max_length: int, the largest padded length (e.g. the model's
@@ -56,30 +87,32 @@ def bucket_boundaries(max_length, min_length=8, step=1.25, multiple=8):
         min_length: int, the smallest boundary (rounded up to ``multiple``).
         step: float > 1, growth factor between neighbouring boundaries.
         multiple: int, boundaries below ``max_length`` are multiples of it.
+        linear_until: optional int, every multiple up to this length.
 
     Returns:
         Sorted list of distinct ints, ending with ``max_length``. E.g.
         ``bucket_boundaries(128)`` is ``[8, 16, 24, 32, 40, 56, 72, 96, 120,
-        128]``.
+        128]``; ``bucket_boundaries(128, **TRAINING_BUCKETS)`` is ``[8, 12,
+        16, 20, 24, 28, 32, 40, 48, 60, 72, 88, 108, 128]``.
     """
-    for name, value in (
-        ("max_length", max_length),
-        ("min_length", min_length),
-        ("multiple", multiple),
-    ):
-        _check_positive_int(value, name)
-    if not step > 1:
-        raise ValueError(f"step must be > 1. Received: step={step!r}")
-
-    def round_up(value):
-        return -(-int(np.ceil(value)) // multiple) * multiple
-
+    _check_positive_int(max_length, "max_length")
     boundaries = []
-    boundary = round_up(min_length)
-    while boundary < max_length:
+    for boundary in _check_rule(min_length, step, multiple, linear_until):
+        if boundary >= max_length:
+            return boundaries + [int(max_length)]
         boundaries.append(boundary)
-        boundary = round_up(boundary * step)
-    return boundaries + [int(max_length)]
+
+
+def bucket_length(length, max_length=None, **rule):
+    """The bucket of a sequence of ``length``: the smallest length of
+    ``bucket_boundaries``' rule (the same arguments) that holds it, at most
+    ``max_length`` (None: no end)."""
+    for boundary in _check_rule(**{**_DEFAULT_RULE, **rule}):
+        if boundary >= length:
+            return boundary if max_length is None else min(boundary, max_length)
+
+
+_DEFAULT_RULE = {"min_length": 8, "step": 1.25, "multiple": 8, "linear_until": None}
 
 
 def make_batches(
@@ -133,11 +166,8 @@ def make_batches(
 
 
 class _FixedOrder(keras.utils.PyDataset):
-    """Batches of a ``_BucketPlan`` in a given order.
-
-    ``epoch_view`` returns one as is; ``BucketedDataset`` is one whose order
-    is redrawn at every epoch end.
-    """
+    """Batches of a ``_BucketPlan`` in a given order: ``epoch_view`` returns
+    one as is; ``BucketedDataset`` redraws its order at every epoch end."""
 
     def __init__(self, plan, order, process_shard=(0, 1), **kwargs):
         super().__init__(**kwargs)
@@ -179,16 +209,13 @@ class BucketedDataset(_FixedOrder):
     differ and a run is repeatable. (Keras 3.15 calls ``on_epoch_end`` once
     when ``fit`` starts and once after each epoch, so the first epoch of a
     ``fit`` is served in the order of ``epoch=1``.) The number of batches is
-    the same every epoch. Keras'
-    ``fit(shuffle=True)`` (its default) permutes the batch order once more
-    with Python's ``random``; pass ``shuffle=False`` to ``fit`` to keep
-    exactly this order.
+    the same every epoch. Keras' ``fit(shuffle=True)`` (its default) permutes
+    the batch order once more with Python's ``random``; pass
+    ``shuffle=False`` to ``fit`` to keep exactly this order.
 
     The first two batches of every epoch are one of the shortest bucket and
-    one of the longest (also in ``make_batches``): the TensorFlow backend
-    fixes the input signature from the first two batches, and these two
-    differ in every dimension that varies (rows and length), so the signature
-    leaves those open.
+    one of the longest (also in ``make_batches``), from which the TensorFlow
+    backend fixes the input signature (``_shortest_and_longest_first``).
 
     Args:
         src_ids, tgt_ids, batch_tokens, boundaries, drop_longer,
@@ -329,11 +356,9 @@ def _shortest_and_longest_first(order):
     first two batches. Rows (``batch_tokens // length``, rounded down to a
     multiple of ``rows_multiple``) never grow with the length, so these two
     batches differ in every dimension that differs between any two batches,
-    and the signature leaves exactly those open.
-    Otherwise two batches of one bucket fix the length, and the first batch of
-    another bucket fails (observed with Keras 3.15: "`generator` yielded an
-    element of shape (2, 24) where an element of shape (None, 16) was
-    expected").
+    and the signature leaves exactly those open. Otherwise two batches of one
+    bucket fix the length, and the first batch of another bucket fails with
+    a shape error.
     """
     lengths = [length for length, _ in order]
     if len(set(lengths)) < 2:
