@@ -6,15 +6,14 @@ by default; above 64 MiB always, in a thread's own arena) with a fresh
 on the CPU allocates such blocks every time: XLA's buffer for a step's
 temporaries, PyTorch's (batch, length, vocabulary) logits and their
 gradients. Fresh pages start unmapped, so each step then pays a page fault
-and a zero-fill for every 4 KiB of them: 75,000 to 95,000 faults and a fifth
-of a JAX step on the 2-core machine of docs/results.md ("Freed memory
-kept"). Raising glibc's mmap and trim thresholds to 1 GiB and making all
-threads share the main arena keeps the blocks in the heap, where the next
-step reuses them, at the cost of a resident size that stays at its peak
-(about 0.5 GiB more there). TensorFlow keeps memory in its own allocator
-and does not change.
+and a zero-fill for every 4 KiB of them, a large share of a JAX step on the
+CPU (docs/results.md, "Freed memory kept"). Raising glibc's mmap and trim
+thresholds to 1 GiB and making all threads share the main arena keeps the
+blocks in the heap, where the next step reuses them, at the cost of a
+resident size that stays at its peak. TensorFlow keeps memory in its own
+allocator and does not change.
 
-The ``kt-*`` commands do this when they start (``keras_transformer.commands``);
+The ``kt-*`` commands do this when they start (``keras_transformer.cli``);
 a program that trains through the API can call :func:`keep_freed_memory`
 itself, first thing.
 """
@@ -90,5 +89,5 @@ def keep_freed_memory(threshold=THRESHOLD):
     kept = trimmed and libc.mallopt(_M_MMAP_THRESHOLD, threshold)
     # One arena: a thread's own arena grows in heaps of at most 64 MiB and
     # serves anything bigger with mmap whatever the threshold (keras-hub's
-    # JAX step still faulted 95,000 pages a step without this).
+    # JAX step would still fault its big blocks in at every step).
     return bool(kept and libc.mallopt(_M_ARENA_MAX, 1))

@@ -142,7 +142,7 @@ def data_parallel():
         f"Keras {keras.__version__} has no data-parallel training for the "
         f"{backend} backend (keras.distribution supports JAX; TensorFlow uses "
         "tf.distribute). Use KERAS_BACKEND=jax or KERAS_BACKEND=tensorflow, "
-        "or train without --data-parallel."
+        "or train on one device."
     )
 
 

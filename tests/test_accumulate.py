@@ -1,4 +1,4 @@
-"""Gradient accumulation (#17): one update per N batches, with the paper's
+"""Gradient accumulation: one update per N batches, with the paper's
 schedule counting updates, on every backend.
 
 References: the paper's rate in float64 (as in test_schedules.py), and the
@@ -16,7 +16,7 @@ from keras import ops
 import keras_transformer as kt
 from keras_transformer import checkpoints
 from keras_transformer.callbacks import Checkpointer
-from keras_transformer.commands import train
+from keras_transformer.cli import train
 from keras_transformer.schedules import TransformerSchedule, transformer_optimizer
 from tests.test_checkpoints import small_model as tiny_model
 
@@ -218,4 +218,4 @@ def test_kt_train_accumulate(tmp_path, capsys):
         assert raised.value.code == 2
         assert "--accumulate must be >= 1" in capsys.readouterr().err
     # 1 is recorded as no accumulation, as by runs from before the option.
-    assert train.parse_args([*argv, "--accumulate", "1"]).accumulate is None
+    assert train.parse_config([*argv, "--accumulate", "1"])[0].accumulate is None

@@ -1,4 +1,4 @@
-"""The id store (#17, corpora larger than memory).
+"""The id store (corpora larger than memory).
 
 References: the in-memory path (``encode`` with keras-hub's tokenizer, and
 ``BucketedDataset`` over lists of ids) on the same corpus.
@@ -144,9 +144,9 @@ def test_sample_pairs_is_seeded_uniform_and_in_corpus_order(tmp_path):
     ],
 )
 def test_kt_train_refuses_bad_new_options(bad, message, capsys):
-    from keras_transformer.commands import train
+    from keras_transformer.cli import train
 
     with pytest.raises(SystemExit) as exit_info:
-        train.parse_args([*bad, "--out", "x"])
+        train.parse_config([*bad, "--out", "x"])
     assert exit_info.value.code == 2
     assert message in capsys.readouterr().err

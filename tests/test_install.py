@@ -23,19 +23,8 @@ import pytest
 import keras_transformer
 
 REPO = Path(__file__).resolve().parents[1]
-COMMANDS = (
-    "kt-train",
-    "kt-evaluate",
-    "kt-curve",
-    "kt-translate",
-    "kt-attention",
-    "kt-benchmark",
-    "kt-benchmark-decoding",
-    "kt-benchmark-data",
-    "kt-keras-hub-recipe",
-    "kt-launch",
-    "kt-step-speed",
-)
+# What a user runs; the measurement tools stay in the repository (benchmarks/).
+COMMANDS = ("kt-train", "kt-evaluate", "kt-translate", "kt-attention", "kt-launch")
 SMALL_RUN = [
     "--task", "numbers", "--train-size", "200", "--val-size", "8",
     "--test-size", "8", "--uniform-size", "8", "--num-layers", "1", "--d-model", "32",
@@ -110,6 +99,7 @@ def test_the_wheel_holds_the_package_its_license_and_commands(venv):
         "dist = md.distribution('keras-transformer-aiayn')\n"
         "print(keras_transformer.__file__)\n"
         "print(importlib.util.find_spec('training'))\n"
+        "print(importlib.util.find_spec('benchmarks'))\n"
         "print(dist.version, dist.metadata['License-Expression'])\n"
         "print(sorted(p.name for p in dist.files if 'LICENSE' in p.name))\n"
         "print(sorted(e.name for e in dist.entry_points))\n"
@@ -117,9 +107,10 @@ def test_the_wheel_holds_the_package_its_license_and_commands(venv):
     lines = run([bin_dir / "python", "-c", probe], elsewhere).stdout.splitlines()
     assert lines[0].startswith(str(bin_dir.parent))  # the wheel's copy
     assert lines[1] == "None"  # no top-level `training` package installed
-    assert lines[2] == f"{keras_transformer.__version__} Apache-2.0"
-    assert lines[3] == "['LICENSE']"
-    assert lines[4] == str(sorted(COMMANDS))
+    assert lines[2] == "None"  # nor the measurement tools
+    assert lines[3] == f"{keras_transformer.__version__} Apache-2.0"
+    assert lines[4] == "['LICENSE']"
+    assert lines[5] == str(sorted(COMMANDS))
     # One version, read from the package by the build.
     assert importlib.metadata.version("keras-transformer-aiayn") == (
         keras_transformer.__version__
@@ -179,7 +170,7 @@ def test_train_evaluate_translate_with_the_installed_commands(venv):
     assert evaluated.stderr.startswith("3/3 sentences, ")
 
     # --verbose: TensorFlow's start-up lines come back. (kt-translate's quiet
-    # default: test_translator_faults.py's python -m training.translate.)
+    # default: test_translator_faults.py's python -m keras_transformer.cli.translate.)
     translate = [bin_dir / "kt-translate", "--model", model, "seven", "one"]
     loud = run([*translate, "--verbose"], elsewhere, env=env)
     assert len(loud.stdout.splitlines()) == 2

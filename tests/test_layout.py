@@ -1,8 +1,10 @@
-"""The code's shape: scripts that only import the package, short functions,
-no layer found by its name, backend branches in one module."""
+"""The code's shape: what ships and what stays in the repository, scripts
+written with the public API, small modules and functions, no layer found by
+its name, backend branches in few modules, settings made where they belong."""
 
 import ast
 import pathlib
+import re
 import runpy
 import sys
 
@@ -10,9 +12,19 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PACKAGE = sorted((ROOT / "keras_transformer").rglob("*.py"))
-SCRIPTS = sorted((ROOT / "training").glob("*.py"))
+SCRIPTS = sorted(p for p in (ROOT / "training").glob("*.py") if p.stem != "__init__")
+BENCHMARKS = sorted((ROOT / "benchmarks").rglob("*.py"))
+COMMANDS = ("train", "evaluate", "translate", "attention", "launch")
 
 pytestmark = pytest.mark.once
+
+# What a script in training/ may import of this package: its public API.
+PUBLIC = {
+    "keras_transformer",
+    "keras_transformer.data",
+    "keras_transformer.callbacks",
+    "keras_transformer.evaluation",
+}
 
 
 def imported_modules(path):
@@ -23,18 +35,35 @@ def imported_modules(path):
             yield node.module
 
 
+def test_there_are_training_scripts():
+    assert {p.stem for p in SCRIPTS} >= {"numbers", "parallel_corpus"}
+
+
 @pytest.mark.parametrize("path", SCRIPTS, ids=lambda p: p.name)
-def test_scripts_are_the_package_commands(path):
-    """``training/<name>.py`` runs ``keras_transformer.commands.<name>``, the
-    code that ``pip install`` installs as ``kt-<name>``."""
-    if path.name == "__init__.py":
-        return
-    assert list(imported_modules(path)) == [f"keras_transformer.commands.{path.stem}"]
+def test_training_scripts_use_only_the_public_api(path):
+    ours = {m for m in imported_modules(path) if m.split(".")[0] == "keras_transformer"}
+    assert ours and ours <= PUBLIC, ours - PUBLIC
+    assert len(path.read_text().splitlines()) <= 130  # read in one sitting
+
+
+def test_the_package_does_not_import_the_repository_tools():
+    for path in PACKAGE:
+        roots = {m.split(".")[0] for m in imported_modules(path)}
+        assert not roots & {"benchmarks", "training", "tests"}, path
+
+
+def test_no_module_over_500_lines():
+    long = [
+        f"{p.relative_to(ROOT)}: {n}"
+        for p in PACKAGE
+        if (n := len(p.read_text().splitlines())) > 500
+    ]
+    assert not long
 
 
 def test_no_function_over_80_lines():
     long = []
-    for path in PACKAGE + SCRIPTS:
+    for path in PACKAGE + SCRIPTS + BENCHMARKS:
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 lines = node.end_lineno - node.lineno + 1
@@ -50,26 +79,31 @@ def test_no_layer_is_looked_up_by_name():
         assert "layer.name ==" not in text, path
 
 
-def test_backend_imports_in_one_module():
-    """TensorFlow, JAX and PyTorch are imported by backend.py, and by the two
+def test_no_issue_numbers_in_the_code():
+    """Readers of the code cannot look the project's issues up."""
+    pattern = re.compile(r"(?<![\w&/])#\d+\b|\bissue \d+|\bissue #")
+    found = [
+        f"{p.relative_to(ROOT)}:{i}"
+        for p in PACKAGE + SCRIPTS + BENCHMARKS
+        for i, line in enumerate(p.read_text().splitlines(), 1)
+        if pattern.search(line)
+    ]
+    assert not found
+
+
+def test_backend_imports_in_few_modules():
+    """TensorFlow, JAX and PyTorch are imported by backend.py, and by the
     modules about per-backend trainer behaviour (fault safety, data
-    parallelism) and the one about several JAX processes (``cluster.py``);
-    ``kt-benchmark`` compares with native PyTorch and reads each
-    framework's device memory, ``kt-step-speed`` compiles its floors the
-    way each backend compiles a step, ``kt-train`` checks that
-    TensorBoard's TensorFlow is there before it writes logs, and the
-    commands start TensorFlow with its C++ logs silenced
-    (``commands/__init__.py``)."""
+    parallelism, several JAX processes); the commands start TensorFlow with
+    its C++ logs silenced, and a training run checks that TensorBoard's
+    TensorFlow is there before it writes logs."""
     allowed = {
         "backend.py",
         "_fault_safe.py",
         "distribute.py",
         "cluster.py",
-        "commands/__init__.py",
-        "commands/benchmark.py",
-        "commands/matmul_floor.py",
-        "commands/step_speed.py",
-        "commands/train.py",
+        "cli/_process.py",
+        "trainer/fitting.py",
     }
     for path in PACKAGE:
         frameworks = {m.split(".")[0] for m in imported_modules(path)} & {
@@ -81,13 +115,41 @@ def test_backend_imports_in_one_module():
         assert not frameworks or where in allowed, (path, frameworks)
 
 
-@pytest.mark.parametrize(
-    "path", [p for p in SCRIPTS if p.name != "__init__.py"], ids=lambda p: p.stem
-)
-def test_python_m_training_runs_the_command(path, monkeypatch, capsys):
-    name = "kt-" + path.stem.replace("_", "-")
-    monkeypatch.setattr(sys, "argv", [str(path), "--help"])
+def _calls(node):
+    return {
+        n.func.id if isinstance(n.func, ast.Name) else n.func.attr
+        for n in ast.walk(node)
+        if isinstance(n, ast.Call) and isinstance(n.func, (ast.Name, ast.Attribute))
+    }
+
+
+def test_process_settings_are_made_in_the_commands_main_only():
+    """Nothing changes the process on import; each command's main does, and
+    nothing below the commands sees argparse."""
+    for path in PACKAGE:
+        tree = ast.parse(path.read_text())
+        definitions = (ast.FunctionDef, ast.ClassDef)
+        top = [n for n in tree.body if not isinstance(n, definitions)]
+        for node in top:
+            called = _calls(node)
+            settings = {"keep_freed_memory", "prepare_process", "mallopt"}
+            assert not called & settings, path
+        inside_cli = path.parent.name == "cli"
+        if not inside_cli:
+            assert "argparse" not in set(imported_modules(path)), path
+    for name in ("train", "evaluate", "translate", "attention"):
+        path = ROOT / "keras_transformer" / "cli" / f"{name}.py"
+        tree = ast.parse(path.read_text())
+        (main,) = [n for n in tree.body if getattr(n, "name", None) == "main"]
+        assert "prepare_process" in _calls(main), name
+
+
+# Run again in this process, a module another test imported warns about it.
+@pytest.mark.filterwarnings("ignore:.*found in sys.modules:RuntimeWarning")
+@pytest.mark.parametrize("name", COMMANDS)
+def test_python_m_runs_each_command(name, monkeypatch, capsys):
+    monkeypatch.setattr(sys, "argv", [name, "--help"])
     with pytest.raises(SystemExit) as done:
-        runpy.run_module(f"training.{path.stem}", run_name="__main__")
+        runpy.run_module(f"keras_transformer.cli.{name}", run_name="__main__")
     assert done.value.code == 0
-    assert capsys.readouterr().out.startswith(f"usage: {name} ")
+    assert capsys.readouterr().out.startswith(f"usage: kt-{name} ")

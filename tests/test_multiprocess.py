@@ -1,4 +1,4 @@
-"""Multi-process data parallel (#17): ``kt-launch`` starts 2 processes × 2
+"""Multi-process data parallel: ``kt-launch`` starts 2 processes × 2
 virtual CPU devices of ``kt-train --data-parallel`` on JAX, joined on
 127.0.0.1 at a free port.
 
@@ -21,7 +21,7 @@ import h5py
 import numpy as np
 import pytest
 
-from keras_transformer.commands import launch
+from keras_transformer.cli import launch
 
 REPO = Path(__file__).resolve().parents[1]
 RUN = [
@@ -50,7 +50,7 @@ def env(devices=None):
 
 def launched(out, *extra):
     return [
-        sys.executable, "-m", "training.launch", "--processes", "2",
+        sys.executable, "-m", "keras_transformer.cli.launch", "--processes", "2",
         "--devices-per-process", "2", "--", *RUN, *extra, "--out", str(out),
     ]  # fmt: skip
 
@@ -86,7 +86,7 @@ def runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("multiprocess")
     single = root / "single"
     one = run(
-        [sys.executable, "-m", "training.train", *RUN, "--epochs", "1",
+        [sys.executable, "-m", "keras_transformer.cli.train", *RUN, "--epochs", "1",
          "--data-parallel", "--out", str(single)],
         cwd=REPO, devices=4,
     )  # fmt: skip
@@ -158,7 +158,7 @@ def test_kt_launch_stops_the_others_when_one_fails(tmp_path):
         port = taken.getsockname()[1]
         start = time.monotonic()
         done = subprocess.run(
-            [sys.executable, "-m", "training.launch", "--processes", "2",
+            [sys.executable, "-m", "keras_transformer.cli.launch", "--processes", "2",
              "--port", str(port), "--", "--task", "numbers", "--out",
              str(tmp_path / "x")],
             cwd=REPO, env=env(), capture_output=True, text=True, timeout=120,

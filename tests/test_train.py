@@ -1,4 +1,4 @@
-"""training.train end to end: outputs, resume after kill -9, bad input, --out."""
+"""kt-train end to end: outputs, resume after kill -9, bad input, --out."""
 
 import contextlib
 import gzip
@@ -19,9 +19,10 @@ import keras
 import numpy as np
 import pytest
 
-from keras_transformer import checkpoints
-from keras_transformer.commands import train
+from keras_transformer import backend, checkpoints
+from keras_transformer.cli import train
 from keras_transformer.evaluation import load_translator
+from keras_transformer.trainer import tasks
 
 REPO = Path(__file__).resolve().parents[1]
 MULTI30K = REPO.parent / "shared" / "data" / "multi30k"
@@ -38,6 +39,11 @@ NUMBERS = ["--task", "numbers", "--train-size", "300", "--val-size", "16",
 
 def run(out, *extra):
     return train.main([*NUMBERS, *SMALL, "--out", str(out), *extra])
+
+
+def config_of(argv):
+    """The checked ``TrainConfig`` that kt-train makes of ``argv``."""
+    return train.parse_config(argv)[0]
 
 
 def usage_error(capsys, argv):
@@ -133,7 +139,7 @@ def test_numbers_run_writes_everything(finished):
     assert saved["uniform_sentences"] == 12
     assert 0.0 <= saved["exact_match_uniform"] <= 1.0
     assert saved["edge_numbers"] == 8 and 0 <= saved["edge_numbers_right"] <= 8
-    # The numbers task's tokenizer keeps "zero" and "null" whole (#16).
+    # The numbers task's tokenizer keeps "zero" and "null" whole.
     import sentencepiece as spm
 
     pieces = spm.SentencePieceProcessor(model_file=str(out / "tokenizer.model"))
@@ -180,8 +186,9 @@ def test_numbers_run_writes_everything(finished):
 def test_curve_scores_each_checkpoint_averaged_as_the_run_averages(
     finished, tmp_path, monkeypatch, capsys
 ):
+    from benchmarks import bleu_curve as curve
     from keras_transformer import data as ktd
-    from keras_transformer.commands import curve, evaluate
+    from keras_transformer.cli import evaluate
 
     out = finished[0]
     numbers = [0, 3, 17, 101, 342, 1001]
@@ -289,7 +296,7 @@ def test_out_with_foreign_files_or_other_settings_is_refused(tmp_path, capsys):
     out = tmp_path / "run"
     out.mkdir()
     argv = [*NUMBERS, *SMALL, "--out", str(out)]
-    info = {"status": "running", "settings": train.settings(train.parse_args(argv))}
+    info = {"status": "running", "settings": config_of(argv).settings()}
     (out / "run.json").write_text(json.dumps(info))
     err = usage_error(
         capsys, [*NUMBERS, *SMALL, "--out", str(out), "--label-smoothing", "0.2"]
@@ -299,12 +306,12 @@ def test_out_with_foreign_files_or_other_settings_is_refused(tmp_path, capsys):
 
 @pytest.mark.once
 def test_learning_rate_scale_defaults_per_task_and_is_checked(tmp_path, capsys):
-    numbers = train.parse_args([*NUMBERS, "--out", str(tmp_path / "a")])
-    assert numbers.lr_scale == 0.5  # #16: half the paper's rate on numbers
+    numbers = config_of([*NUMBERS, "--out", str(tmp_path / "a")])
+    assert numbers.lr_scale == 0.5  # half the paper's rate on numbers
     data = ["--data", str(tmp_path), "--source", "de", "--target", "en"]
-    assert train.parse_args([*data, "--out", str(tmp_path / "b")]).lr_scale == 1.0
+    assert config_of([*data, "--out", str(tmp_path / "b")]).lr_scale == 1.0
     given = [*NUMBERS, "--lr-scale", "2", "--out", str(tmp_path / "c")]
-    assert train.parse_args(given).lr_scale == 2.0
+    assert config_of(given).lr_scale == 2.0
     for bad in ("0", "-1", "nan"):
         err = usage_error(capsys, [*NUMBERS, "--lr-scale", bad, "--out", "x"])
         assert "--lr-scale must be > 0" in err
@@ -316,13 +323,13 @@ def test_precision_averaging_and_kept_checkpoints_default_per_task(
 ):
     numbers = [*NUMBERS, "--out", str(tmp_path / "a")]
     data = ["--data", str(tmp_path), "--source", "de", "--target", "en", "--out", "b"]
-    # #16: the final Multi30k model is the mean of the last 5 checkpoints.
-    assert train.parse_args(numbers).average_last == 1
-    assert train.parse_args(data).average_last == 5
-    assert train._keep(train.parse_args(numbers)) == 2  # one spare for resuming
-    assert train._keep(train.parse_args(data)) == 5
-    assert train._keep(train.parse_args([*data, "--keep-checkpoints", "0"])) is None
-    assert train._keep(train.parse_args([*data, "--keep-checkpoints", "9"])) == 9
+    # The final Multi30k model is the mean of the last 5 checkpoints.
+    assert config_of(numbers).average_last == 1
+    assert config_of(data).average_last == 5
+    assert config_of(numbers).checkpoints_kept() == 2  # one spare for resuming
+    assert config_of(data).checkpoints_kept() == 5
+    assert config_of([*data, "--keep-checkpoints", "0"]).checkpoints_kept() is None
+    assert config_of([*data, "--keep-checkpoints", "9"]).checkpoints_kept() == 9
     for bad, why in (("4", "0 (all) or >= 5"), ("-1", "0 (all) or >= 5")):
         err = usage_error(capsys, [*data, "--keep-checkpoints", bad])
         assert f"--keep-checkpoints must be {why}" in err
@@ -331,8 +338,8 @@ def test_precision_averaging_and_kept_checkpoints_default_per_task(
     # is recorded as no policy, as before the option took it.
     chosen = []
     for policy in ("mixed_bfloat16", "float32"):
-        monkeypatch.setattr(train.kt_backend, "fastest_policy", lambda p=policy: p)
-        chosen.append(train.parse_args(data).mixed_precision)
+        monkeypatch.setattr(backend, "fastest_policy", lambda p=policy: p)
+        chosen.append(config_of(data).mixed_precision)
     assert chosen == ["mixed_bfloat16", None]
     given = {
         (): None,  # fastest_policy says float32 (still patched)
@@ -341,7 +348,7 @@ def test_precision_averaging_and_kept_checkpoints_default_per_task(
         ("--mixed-precision", "mixed_float16"): "mixed_float16",
     }
     for extra, policy in given.items():
-        assert train.parse_args([*data, *extra]).mixed_precision == policy
+        assert config_of([*data, *extra]).mixed_precision == policy
 
 
 @pytest.mark.once
@@ -369,15 +376,15 @@ def test_fastest_policy_is_bfloat16_only_for_tensorflow_on_bf16_cpus(
 @pytest.mark.once
 def test_short_repeats_default_is_a_setting_and_is_checked(tmp_path, capsys):
     argv = [*NUMBERS, "--out", str(tmp_path / "a")]
-    assert train.parse_args(argv).short_repeats == 20  # #16: 0-101 more often
-    assert train.parse_args([*argv, "--short-repeats", "0"]).short_repeats == 0
+    assert config_of(argv).short_repeats == 20  # 0-101 more often
+    assert config_of([*argv, "--short-repeats", "0"]).short_repeats == 0
     err = usage_error(capsys, [*argv, "--short-repeats", "-1"])
     assert "--short-repeats must be >= 0" in err
     # A run from before the option (no short_repeats in its run.json) was
     # trained on other numbers: resuming it is refused, naming the option.
     out = tmp_path / "run"
     out.mkdir()
-    before = train.settings(train.parse_args([*NUMBERS, "--out", str(out)]))
+    before = config_of([*NUMBERS, "--out", str(out)]).settings()
     del before["short_repeats"]
     (out / "run.json").write_text(json.dumps({"status": "running", "settings": before}))
     err = usage_error(capsys, [*NUMBERS, "--out", str(out)])
@@ -518,7 +525,7 @@ def test_resume_after_kill_continues_from_last_checkpoint(tmp_path, capsys):
     out = tmp_path / "killed"
     env = dict(os.environ, PYTHONPATH=str(REPO), TF_CPP_MIN_LOG_LEVEL="3")
     process = subprocess.Popen(
-        [sys.executable, "-m", "training.train", *argv, "--out", str(out)],
+        [sys.executable, "-m", "keras_transformer.cli.train", *argv, "--out", str(out)],
         cwd=REPO,
         env=env,
         stdout=subprocess.DEVNULL,
@@ -631,7 +638,7 @@ def test_report_on_uniform_and_edge_numbers_names_the_wrong_ones(capsys):
         [german(n) for n in (5, 4_321, 98_765, 0)],
     )
     search = {"beam_size": 3, "length_penalty": 0.6}
-    results = train._uniform_and_edge_numbers(Lookup(), uniform, search)
+    results = tasks.uniform_and_edge_numbers(Lookup(), uniform, search)
     assert results == {
         "exact_match_uniform": 0.75,
         "uniform_sentences": 4,
@@ -646,8 +653,20 @@ def test_report_on_uniform_and_edge_numbers_names_the_wrong_ones(capsys):
     assert "2 wrong: 0 -> 'neun'; 17 -> ''" in out
     # All right, and no uniform split (--uniform-size 0).
     table.update({english(0): "null", english(17): "siebzehn"})
-    assert train._uniform_and_edge_numbers(Lookup(), ([], []), search) == {
+    assert tasks.uniform_and_edge_numbers(Lookup(), ([], []), search) == {
         "edge_numbers": 8,
         "edge_numbers_right": 8,
     }
     assert "): all right" in capsys.readouterr().out
+
+
+@pytest.mark.once
+def test_run_folders_of_the_command_before_the_training_library_resume(monkeypatch):
+    """``run.json``'s settings as kt-train wrote them before it became a
+    thin command over ``keras_transformer.trainer`` (recorded then): the same
+    command line gives the same settings, so such a run resumes."""
+    path = REPO / "tests" / "fixtures" / "run_settings" / "79fa97d.json"
+    recorded = json.loads(path.read_text())
+    monkeypatch.setattr(backend, "fastest_policy", lambda: "float32")  # as recorded
+    for run in recorded["runs"]:
+        assert config_of(run["argv"]).settings() == run["settings"], run["argv"]

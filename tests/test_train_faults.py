@@ -1,4 +1,4 @@
-"""training.train under faults (issue #12): nothing of the user's is deleted,
+"""kt-train under faults: nothing of the user's is deleted,
 nothing of a run is lost, nothing written before the settings are checked.
 
 - ``--overwrite`` clears only what a run of the script wrote;
@@ -20,8 +20,9 @@ import pytest
 
 import keras_transformer as kt
 from keras_transformer import checkpoints
-from keras_transformer.commands import train
+from keras_transformer.cli import train
 from keras_transformer.evaluation import load_translator
+from keras_transformer.trainer import report
 
 # What the script does with files and settings does not depend on the backend;
 # test_train.py trains end to end on every backend.
@@ -107,7 +108,7 @@ def unfinish(out):
     (out / "results.json").unlink()
 
 
-# -- 2. --overwrite deletes only what the script wrote --------------------------
+# -- --overwrite deletes only what the script wrote -----------------------------
 
 
 def test_overwrite_refuses_a_folder_of_user_files_named_like_ours(tmp_path, capsys):
@@ -156,12 +157,12 @@ def test_overwrite_clears_a_run_and_trains_again(copy):
     assert json.loads((copy / "run.json").read_text())["status"] == "finished"
 
 
-# -- 3. a kill during the report ------------------------------------------------
+# -- a kill during the report ---------------------------------------------------
 
 
 @pytest.mark.slow
 def test_rerun_writes_a_missing_report_without_training(copy, capsys):
-    (copy / "results.json").unlink()  # where a kill in the report left the old code
+    (copy / "results.json").unlink()  # as older versions left a kill in the report
     before = without(files(copy), "run.json")
     capsys.readouterr()
     results = run(copy)
@@ -187,7 +188,7 @@ def test_report_killed_then_rerun(copy, capsys, monkeypatch):
     def killed(path):
         raise Killed(path)
 
-    monkeypatch.setattr(train, "load_translator", killed)
+    monkeypatch.setattr(report, "load_translator", killed)
     with pytest.raises(Killed):
         run(copy)
     assert (copy / "translator.keras").exists()
@@ -201,7 +202,7 @@ def test_report_killed_then_rerun(copy, capsys, monkeypatch):
     assert json.loads((copy / "run.json").read_text())["status"] == "finished"
 
 
-# -- 4. corrupt checkpoints -----------------------------------------------------
+# -- corrupt checkpoints --------------------------------------------------------
 
 
 @pytest.mark.slow
@@ -354,7 +355,7 @@ def test_keep_never_deletes_for_a_later_checkpoint(tmp_path):
     assert names == ["step-000000002", "step-000000003", "step-000000009"]
 
 
-# -- 7. settings checked before anything is written -----------------------------
+# -- settings checked before anything is written --------------------------------
 
 
 @pytest.mark.slow

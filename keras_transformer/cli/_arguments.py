@@ -1,4 +1,4 @@
-"""Command-line argument types shared by the scripts in ``training/``."""
+"""Argument types and options shared by the commands."""
 
 import argparse
 
@@ -52,12 +52,9 @@ def search_options(args):
     }
 
 
-VERBOSE_HELP = (
-    "show TensorFlow's, CUDA's and absl's start-up logs (hidden by default; "
-    "see keras_transformer/commands/__init__.py)"
-)
+VERBOSE_HELP = "show TensorFlow's, CUDA's and absl's start-up logs (hidden by default)"
 
 
 def add_verbose_argument(parser):
-    """``--verbose``: framework start-up logs back (read at import time)."""
+    """``--verbose``: the frameworks' start-up logs back."""
     parser.add_argument("--verbose", action="store_true", help=VERBOSE_HELP)

@@ -19,8 +19,8 @@ import os
 
 from keras_transformer.attention_maps import attention_maps
 from keras_transformer.checkpoints import write_atomic
-from keras_transformer.cli import add_verbose_argument
-from keras_transformer.commands import start_tensorflow
+from keras_transformer.cli._arguments import add_verbose_argument
+from keras_transformer.cli._process import prepare_process, start_tensorflow
 from keras_transformer.evaluation import ModelFileError, load_translator
 from keras_transformer.plotting import KINDS, plot_attention_maps
 
@@ -54,7 +54,8 @@ def main(argv=None):
     parser.add_argument("--out", required=True, help="the PNG file to write")
     parser.add_argument("source", help="one source sentence")
     args = parser.parse_args(argv)
-    start_tensorflow()  # quietly, before the tokenizer needs it
+    prepare_process(args.verbose)
+    start_tensorflow(args.verbose)  # quietly, before the tokenizer needs it
 
     def fail(message):
         parser.exit(2, f"{parser.prog}: error: {message}\n")
@@ -83,3 +84,7 @@ def command():
     """The installed ``kt-attention`` command (``[project.scripts]``); ``main``
     returns what it did, for callers in Python."""
     main()
+
+
+if __name__ == "__main__":
+    command()

@@ -30,13 +30,13 @@ import keras
 
 from keras_transformer import checkpoints
 from keras_transformer.checkpoints import write_atomic
-from keras_transformer.cli import (
+from keras_transformer.cli._arguments import (
     add_search_arguments,
     add_verbose_argument,
     positive_int,
     search_options,
 )
-from keras_transformer.commands import start_tensorflow
+from keras_transformer.cli._process import prepare_process, start_tensorflow
 from keras_transformer.data.corpus import CorpusError, read_parallel
 from keras_transformer.evaluation import ModelFileError, load_translator, score
 
@@ -99,7 +99,8 @@ def main(argv=None):
     """
     parser = _parser()
     args = parser.parse_args(argv)
-    start_tensorflow()  # quietly, before the tokenizer needs it
+    prepare_process(args.verbose)
+    start_tensorflow(args.verbose)  # quietly, before the tokenizer needs it
     out = args.out or default_out(args.model, args.source)
 
     def fail(message):
@@ -153,3 +154,7 @@ def command():
     """The installed ``kt-evaluate`` command (``[project.scripts]``); ``main``
     returns what it did, for callers in Python."""
     main()
+
+
+if __name__ == "__main__":
+    command()

@@ -1,6 +1,6 @@
 """kt-launch: ``kt-train --data-parallel`` as several processes on this host.
 
-    python -m training.launch --processes 2 --devices-per-process 2 -- \\
+    kt-launch --processes 2 --devices-per-process 2 -- \\
         --task numbers --out runs/numbers-2x2
 
 starts ``--processes`` copies of ``kt-train`` with the arguments after
@@ -99,7 +99,7 @@ def main(argv=None):
     """Start the processes, wait for them; return the exit status."""
     args = parse_args(argv)
     port = args.port or free_port()
-    command = [sys.executable, "-m", "keras_transformer.commands.train"]
+    command = [sys.executable, "-m", "keras_transformer.cli.train"]
     processes = [
         subprocess.Popen(
             command + args.train_args,

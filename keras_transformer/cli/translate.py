@@ -16,13 +16,13 @@ stops the run with exit status 2 and a one-line message naming the file.
 import argparse
 import sys
 
-from keras_transformer.cli import (
+from keras_transformer.cli._arguments import (
     add_search_arguments,
     add_verbose_argument,
     positive_int,
     search_options,
 )
-from keras_transformer.commands import start_tensorflow
+from keras_transformer.cli._process import prepare_process, start_tensorflow
 from keras_transformer.evaluation import ModelFileError, load_translator
 
 
@@ -71,7 +71,8 @@ def main(argv=None, stdin=None, stdout=None):
     )
     parser.add_argument("sentences", nargs="*", help="default: lines of stdin")
     args = parser.parse_args(argv)
-    start_tensorflow()  # quietly, before the tokenizer needs it
+    prepare_process(args.verbose)
+    start_tensorflow(args.verbose)  # quietly, before the tokenizer needs it
     if args.n_best is not None and args.n_best > args.beam_size:
         parser.error(
             f"--n-best {args.n_best} is more than --beam-size {args.beam_size}"
@@ -105,3 +106,7 @@ def command():
     """The installed ``kt-translate`` command (``[project.scripts]``); ``main``
     returns what it did, for callers in Python."""
     main()
+
+
+if __name__ == "__main__":
+    command()

@@ -1,0 +1,196 @@
+"""The model of a run, and its training with ``model.fit``.
+
+The paper's recipe: Adam (β1 0.9, β2 0.98, ε 1e-9) with warm-up and inverse
+square-root decay (§5.3), label smoothing (§5.4), one joint vocabulary and
+shared embeddings (§3.4), and the final model the mean of the last
+checkpoints (§6.1).
+"""
+
+import dataclasses
+import sys
+
+import keras
+
+import keras_transformer as kt
+from keras_transformer import checkpoints, cluster
+from keras_transformer.callbacks import Checkpointer, ProgressLog, TimeBudget
+from keras_transformer.trainer.errors import UsageError
+from keras_transformer.trainer.parallel import log
+from keras_transformer.trainer.run_folder import CHECKPOINTS_DIR, LOGS_DIR
+
+
+def compiled_model(config, model_config, vocab_size):
+    """The Transformer of ``model_config`` over one joint vocabulary,
+    compiled with the paper's optimizer and the label-smoothed loss."""
+    model = kt.build_model(
+        model_config, src_vocab_size=vocab_size, share_embeddings=True
+    )
+    model.compile(
+        optimizer=kt.transformer_optimizer(
+            model_config.d_model,
+            config.warmup_steps,
+            config.lr_scale,
+            config.accumulate or 1,
+        ),
+        loss=kt.LabelSmoothedCrossEntropy(label_smoothing=config.label_smoothing),
+        metrics=[kt.MaskedAccuracy()],
+    )
+    return model
+
+
+def single_process_copy(config, model_config, model):
+    """``model`` (its weights, its step) on this process alone: the trained
+    one's variables span every process's devices, and setting them (as
+    averaging does) would wait for the other processes, which have ended."""
+    copy = compiled_model(config, model_config, model.src_vocab_size)
+    copy.optimizer.build(copy.trainable_variables)
+    copy.set_weights(model.get_weights())
+    copy.optimizer.iterations.assign(steps(model))
+    return copy
+
+
+def describe(config, model_config, model):
+    """One line: the model, the backend and the precision."""
+    fields = ("num_layers", "d_model", "num_heads", "d_ff", "dropout")
+    values = dataclasses.asdict(model_config)
+    shape = ", ".join(f"{f}={values[f]}" for f in fields)
+    return (
+        f"model: {config.config} ({shape}), {model.count_params():,} parameters; "
+        f"backend {keras.backend.backend()}, {keras.config.dtype_policy().name}"
+    )
+
+
+def resume_state(model, folder):
+    """Load the newest checkpoint that loads; its state, or None if there is
+    none. A damaged checkpoint is skipped (and left as it is)."""
+    latest, state = checkpoints.load_latest(model, folder.checkpoints, _skipping)
+    if latest is not None:
+        log(
+            f"resuming from {latest}: epoch {state['epoch'] + 1}, "
+            f"batch {state['batch']}, step {state['iterations']}, "
+            f"{state['elapsed_seconds']:.0f} s trained"
+        )
+        return state
+    if checkpoints.list_checkpoints(folder.checkpoints):
+        # Starting over would soon delete them; that is for the user to say.
+        raise UsageError(
+            f"no checkpoint in {folder.checkpoints} loads (why is above); pass "
+            "`overwrite` to train again from scratch."
+        )
+    return None
+
+
+def fit(config, folder, model, dataset, val_dataset, state):
+    """Train until ``epochs`` or ``max_minutes``, from ``state`` (a
+    checkpoint's, or None); returns the seconds trained in all."""
+    state = state or {"epoch": 0, "batch": 0, "elapsed_seconds": 0.0}
+    chief, several = cluster.is_chief(), cluster.process_count() > 1
+    budget = TimeBudget(
+        None if config.max_minutes is None else 60 * config.max_minutes,
+        elapsed=state["elapsed_seconds"] or 0.0,
+        agree=cluster.broadcast_flag if several else None,  # process 0's clock
+    )
+    checkpointer = Checkpointer(
+        folder.checkpoints,
+        epoch_length=len(dataset),
+        every_steps=config.checkpoint_steps,
+        keep=config.checkpoints_kept(),
+        budget=budget,
+        write=chief,
+    )
+    callbacks = [budget, checkpointer]
+    verbose = config.verbose
+    verbose = (1 if sys.stdout.isatty() else 2) if verbose == "auto" else int(verbose)
+    # Not on a terminal Keras prints one line per epoch: lines in between.
+    lines = ProgressLog(every=config.progress_seconds, budget=budget)
+    if not chief:
+        verbose = 0
+    else:
+        callbacks.append(_Progress(config.epochs))
+        if verbose == 2:
+            callbacks.append(lines)
+        tensorboard = _tensorboard(folder.file(LOGS_DIR))
+        if tensorboard is not None:
+            callbacks.append(tensorboard)
+        folder.will_create(CHECKPOINTS_DIR, *([LOGS_DIR] if tensorboard else []))
+    # One fit() per epoch, each on that epoch's fixed order of batches: a
+    # resumed epoch then serves exactly the batches not trained yet.
+    epoch, skip = state["epoch"], state["batch"]
+    while epoch < config.epochs and not budget.exhausted:
+        checkpointer.first_batch = skip
+        view = dataset.epoch_view(epoch, skip=skip)
+        lines.tokens = view.target_tokens
+        model.fit(
+            view,
+            validation_data=val_dataset,
+            initial_epoch=epoch,
+            epochs=epoch + 1,
+            callbacks=callbacks,
+            verbose=verbose,
+            shuffle=False,
+        )
+        epoch, skip = checkpointer.last_state["epoch"], checkpointer.last_state["batch"]
+    reason = "time budget" if budget.exhausted else f"{config.epochs} epochs"
+    log(f"trained {budget.elapsed:.0f} s ({reason}), {steps(model)} steps")
+    return budget.elapsed
+
+
+def average(config, model, folder):
+    """The mean of the last ``average_last`` checkpoints' weights (§6.1),
+    up to this step: later ones (that did not load when resuming) are not of
+    this training."""
+    paths = checkpoints.list_checkpoints(folder.checkpoints, up_to=steps(model))
+    paths = paths[-config.average_last :]
+    skipped = []
+
+    def skip_one(error):
+        skipped.append(error)
+        _skipping(error)
+
+    try:
+        checkpoints.average_checkpoints(model, paths, on_skip=skip_one)
+    except checkpoints.CheckpointError as error:
+        raise UsageError(str(error)) from None
+    used = f"{len(paths) - len(skipped)} of " if skipped else ""
+    log(f"averaged {used}the last {len(paths)} checkpoints")
+
+
+def steps(model):
+    """The optimizer's update count."""
+    return int(keras.ops.convert_to_numpy(model.optimizer.iterations))
+
+
+def _skipping(error):
+    log(f"skipping checkpoint {error.path}: {error.reason}")
+
+
+def _tensorboard(log_dir):
+    try:
+        # Keras' TensorBoard callback writes with tf.summary, which needs both.
+        import tensorboard  # noqa: F401
+        import tensorflow  # noqa: F401
+    except ImportError:
+        log("TensorFlow or TensorBoard is not installed: no TensorBoard logs")
+        return None
+    return keras.callbacks.TensorBoard(log_dir=log_dir, update_freq="epoch")
+
+
+class _Progress(keras.callbacks.ProgbarLogger):
+    """Keras' progress bar, numbering epochs out of the run's total.
+
+    Each ``fit`` here trains one epoch, so Keras' own logger would print
+    "Epoch 3/3" for the third epoch of twenty.
+    """
+
+    def __init__(self, total_epochs):
+        super().__init__()
+        self.total_epochs = total_epochs
+
+    def set_params(self, params):
+        super().set_params(params)
+        self.epochs = self.total_epochs
+
+    def on_epoch_end(self, epoch, logs=None):
+        if self.model.stop_training:  # the time budget ended the epoch early
+            self.target = self.seen
+        super().on_epoch_end(epoch, logs)
