@@ -23,8 +23,8 @@ records it for the ``once`` tests it collects; the other backends' runs
 record it otherwise only for the test files (and single tests) in
 ``PER_BACKEND_COVERAGE``, which reach lines that only some backends run
 (``tests/backend_coverage.py`` lists those lines and the tests reaching
-them). Tracing costs those runs about a fifth of their time; every test still
-runs on every backend, only what coverage records differs.
+them). Tracing slows those runs markedly; every test still runs on every
+backend, only what coverage records differs.
 """
 
 import gc
@@ -88,14 +88,14 @@ def _starts_early(item):
 # `file::test`) whose tests reach lines and branches that the PyTorch run does
 # not (backend.py's, distribute.py's and _fault_safe.py's branches for those
 # backends, the TensorFlow graph checks in model.py). Chosen from the list
-# that tests/backend_coverage.py printed for a run with test contexts
-# (2026-12-02), preferring the files that take least time and single tests
-# where a file is slow; checked against that run's data: these reach all 331
-# such arcs. The tool's own greedy choice ignores time.
+# that tests/backend_coverage.py prints for a run with test contexts,
+# preferring the files that take least time and single tests where a file is
+# slow, so that together they reach every such arc; the tool's own greedy
+# choice ignores time.
 PER_BACKEND_COVERAGE = {
     "tensorflow": (
         "test_batching.py",
-        "test_benchmark.py",
+        "test_training_speed.py",
         "test_embedding.py",
         "test_train.py",
         "test_translator_faults.py",
@@ -104,7 +104,7 @@ PER_BACKEND_COVERAGE = {
         "test_model.py::test_compiled_training_under_mixed_bfloat16",
     ),
     "jax": (
-        "test_benchmark.py",
+        "test_training_speed.py",
         "test_compat.py",
         "test_distribute.py",
         "test_embedding.py",
@@ -175,10 +175,9 @@ def _graph_optimizer(request):
     """``KT_TF_GRAPPLER=0``: TensorFlow's functions run without Grappler.
 
     The suite's graphs are tiny and each runs a few times, so rewriting them
-    costs more than it saves (an eighth of ``test_decoding.py``'s time); XLA's
-    cheapest code generation for JAX (``XLA_FLAGS`` in tests/run_all.sh) is
-    the same trade. The values, shapes and files the other tests check do
-    not depend on it.
+    costs more than it saves; XLA's cheapest code generation for JAX
+    (``XLA_FLAGS`` in tests/run_all.sh) is the same trade. The values, shapes
+    and files the other tests check do not depend on it.
     """
     off = (
         BACKEND == "tensorflow"
@@ -199,8 +198,8 @@ def _fresh_keras_state():
     """Each test starts from float32 and a fixed seed, and leaves them so.
 
     ``clear_session(free_memory=False)``: the default also runs a full garbage
-    collection, which took about a third of the suite's time (about 1 s per
-    test on TensorFlow and JAX); ``_collect_garbage`` does it once per module.
+    collection, which after every test would dominate the suite's time on
+    TensorFlow and JAX; ``_collect_garbage`` does it once per module.
     """
     keras.config.set_dtype_policy("float32")
     keras.utils.set_random_seed(1234)

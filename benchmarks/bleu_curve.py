@@ -1,8 +1,9 @@
 """Validation BLEU against training minutes: score the checkpoints of a run, plot.
 
-    kt-curve score --run runs/multi30k --source val.de.gz --reference val.en.gz \\
-        [--average-last K] [--beam-size 1] [--label ours] [--out curve.json]
-    kt-curve plot curve.json other.json --out bleu.png
+    python -m benchmarks.bleu_curve score --run runs/multi30k \\
+        --source val.de.gz --reference val.en.gz [--average-last K] \\
+        [--beam-size 1] [--label ours] [--out curve.json]
+    python -m benchmarks.bleu_curve plot curve.json other.json --out bleu.png
 
 ``score`` translates the source file with the weights of each checkpoint of
 a ``kt-train`` run (train it with ``--keep-checkpoints 0`` to keep them
@@ -16,7 +17,7 @@ point: an interrupted scoring keeps the points done.
 
 ``plot`` draws one line per JSON file (``label`` names it), BLEU against
 minutes, with matplotlib (the ``plot`` extra). Other scripts (such as
-``training/keras_hub_recipe.py``) write the same JSON: ``label`` and
+``benchmarks/keras_hub_recipe.py``) write the same JSON: ``label`` and
 ``points``, each with ``minutes`` and ``bleu``.
 """
 
@@ -27,16 +28,16 @@ import time
 
 from keras_transformer import checkpoints
 from keras_transformer.checkpoints import write_atomic
-from keras_transformer.cli import add_search_arguments, positive_int
-from keras_transformer.commands import start_tensorflow
-from keras_transformer.commands.evaluate import default_out
+from keras_transformer.cli._arguments import add_search_arguments, positive_int
+from keras_transformer.cli._process import prepare_process, start_tensorflow
+from keras_transformer.cli.evaluate import default_out
 from keras_transformer.data.corpus import CorpusError, read_parallel
 from keras_transformer.evaluation import ModelFileError, load_translator, score
 
 
 def _parser():
     parser = argparse.ArgumentParser(
-        prog="kt-curve", description=__doc__.splitlines()[0]
+        prog="python -m benchmarks.bleu_curve", description=__doc__.splitlines()[0]
     )
     commands = parser.add_subparsers(dest="command", required=True)
     scoring = commands.add_parser("score", help="score the checkpoints of a run")
@@ -60,7 +61,7 @@ def _parser():
     scoring.add_argument("--batch-size", type=positive_int, default=64)
     add_search_arguments(scoring)
     plotting = commands.add_parser("plot", help="draw curves from JSON files")
-    plotting.add_argument("curves", nargs="+", help="JSON files of kt-curve score")
+    plotting.add_argument("curves", nargs="+", help="JSON files of this tool's score")
     plotting.add_argument("--out", required=True, help="image file (.png, .svg)")
     plotting.add_argument("--title", default="Validation BLEU against training time")
     return parser
@@ -222,10 +223,10 @@ def main(argv=None):
         plot_curves(curves, args.out, args.title)
         print(f"wrote {args.out}")
         return curves
+    prepare_process()
     start_tensorflow()  # quietly, before the tokenizer needs it
     return score_run(args, fail)
 
 
-def command():
-    """The installed ``kt-curve`` command (``[project.scripts]``)."""
+if __name__ == "__main__":
     main()

@@ -1,9 +1,10 @@
-"""kt-benchmark-data: a corpus larger than memory, made up, and what training
-on it costs in memory and batch rate.
+"""A corpus larger than memory, made up, and what training on it costs in
+memory and batch rate.
 
-    kt-benchmark-data make --pairs 4500000 --like ../shared/data/multi30k \
-        --out corpora/big
-    kt-benchmark-data measure --data corpora/big --out runs/big --minutes 3
+    python -m benchmarks.data_speed make --pairs 4500000 \
+        --like ../shared/data/multi30k --out corpora/big
+    python -m benchmarks.data_speed measure --data corpora/big --out runs/big \
+        --minutes 3
 
 ``make`` writes ``train.src``/``train.tgt`` (and a 1,000-pair ``val``) of
 made-up sentences: each pair's lengths in words are those of a pair drawn
@@ -30,10 +31,13 @@ import time
 
 import numpy as np
 
+from benchmarks import python_module
+from keras_transformer.cli._process import prepare_process
+
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(
-        prog="kt-benchmark-data",
+        prog="python -m benchmarks.data_speed",
         description="Make a corpus larger than memory; measure kt-train's peak "
         "memory and the id store's batch rate on it.",
     )
@@ -94,7 +98,7 @@ def measure(args):
     from keras_transformer.data import batching, id_store
 
     command = [
-        sys.executable, "-m", "keras_transformer.commands.train",
+        *python_module("keras_transformer.cli.train"),
         "--data", args.data, "--source", "de", "--target", "en",
         "--tokenizer-sample", str(args.tokenizer_sample),
         "--max-minutes", str(args.minutes), "--out", args.out,
@@ -137,13 +141,9 @@ def measure(args):
 
 def main(argv=None):
     args = parse_args(argv)
+    prepare_process()
     return make_corpus(args) if args.command == "make" else measure(args)
 
 
-def command():
-    """The installed ``kt-benchmark-data`` command."""
-    main()
-
-
 if __name__ == "__main__":
-    command()
+    main()

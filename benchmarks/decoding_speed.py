@@ -1,7 +1,7 @@
 """Decoding speed: cached vs uncached greedy search, and beam search.
 
-    KERAS_BACKEND=jax kt-benchmark-decoding
-    kt-benchmark-decoding --all-backends   # one process each
+    KERAS_BACKEND=jax python -m benchmarks.decoding_speed
+    python -m benchmarks.decoding_speed --all-backends   # one process each
 
 The setting: the ``tiny`` config (untrained: speed does not
 depend on the weights), a batch of 32 sources of 16 tokens, 64 generated
@@ -18,9 +18,10 @@ import json
 import os
 import platform
 import subprocess
-import sys
 
-from keras_transformer.timing import time_call
+from benchmarks import child_env, python_module
+from benchmarks.timing import time_call
+from keras_transformer.cli._process import prepare_process
 
 BACKENDS = ("tensorflow", "jax", "torch")
 
@@ -107,22 +108,19 @@ def table(runs):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(
-        prog="kt-benchmark-decoding",
+        prog="python -m benchmarks.decoding_speed",
         description=__doc__.splitlines()[0],
     )
     parser.add_argument("--all-backends", action="store_true")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--json", help="also write the results here")
     args = parser.parse_args(argv)
+    prepare_process()
     if args.all_backends:
         runs = []
         for backend in BACKENDS:
-            env = dict(os.environ, KERAS_BACKEND=backend)
-            command = [
-                sys.executable,
-                "-m",
-                "keras_transformer.commands.benchmark_decoding",
-            ]
+            env = child_env(KERAS_BACKEND=backend)
+            command = python_module("benchmarks.decoding_speed")
             command += ["--repeats", str(args.repeats), "--json", "-"]
             done = subprocess.run(
                 command, env=env, capture_output=True, text=True, check=True
@@ -141,11 +139,5 @@ def main(argv=None):
     return runs
 
 
-def command():
-    """The installed ``kt-benchmark-decoding`` command (``[project.scripts]``); ``main``
-    returns what it did, for callers in Python."""
-    main()
-
-
 if __name__ == "__main__":
-    command()
+    main()

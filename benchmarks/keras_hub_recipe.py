@@ -1,6 +1,6 @@
-"""The usual keras-hub recipe on a parallel corpus, for comparison (#16).
+"""The usual keras-hub recipe on a parallel corpus, for comparison.
 
-    kt-keras-hub-recipe --data ../shared/data/multi30k \\
+    python -m benchmarks.keras_hub_recipe --data ../shared/data/multi30k \\
         --source de --target en --max-minutes 30 --out runs/keras-hub
 
 What keras-hub's translation guides do: ``TokenAndPositionEmbedding``,
@@ -17,8 +17,8 @@ Every ``--every-minutes`` of training the weights are saved in
 ``snapshots/index.json`` as they are taken; the tokenizer is saved as
 ``<out>/tokenizer.model``. After training each snapshot's greedy
 translations of the validation set are scored (sacreBLEU), and the points
-are written as ``<out>/curve.json`` in ``kt-curve``'s format (``kt-curve
-plot`` draws it beside a ``kt-train`` run's curve). Training time is
+are written as ``<out>/curve.json`` in ``benchmarks.bleu_curve``'s format
+(its ``plot`` draws it beside a ``kt-train`` run's curve). Training time is
 ``model.fit``'s, without the scoring. ``--score-only`` scores the snapshots
 an earlier run left in ``--out`` without training again.
 """
@@ -32,19 +32,21 @@ import time
 import keras
 import numpy as np
 
+from benchmarks import training_speed as benchmark
+from benchmarks.bleu_curve import point as curve_point
 from keras_transformer import data as ktd
 from keras_transformer.callbacks import TimeBudget
 from keras_transformer.checkpoints import write_atomic
-from keras_transformer.cli import positive_int
-from keras_transformer.commands import benchmark, start_tensorflow
-from keras_transformer.commands.curve import point as curve_point
+from keras_transformer.cli._arguments import positive_int
+from keras_transformer.cli._process import prepare_process, start_tensorflow
 from keras_transformer.evaluation import score
 from keras_transformer.special_tokens import END_ID, PAD_ID, START_ID
 
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(
-        prog="kt-keras-hub-recipe", description=__doc__.splitlines()[0]
+        prog="python -m benchmarks.keras_hub_recipe",
+        description=__doc__.splitlines()[0],
     )
     parser.add_argument("--data", required=True, help="folder with train.* and val.*")
     parser.add_argument("--source", required=True)
@@ -164,7 +166,7 @@ def greedy(model, sources, length, batch_size=128):
 
 
 def build(args, tokenizer):
-    """keras-hub's layers at ``kt-train``'s ``small`` size (see benchmark)."""
+    """keras-hub's layers at ``kt-train``'s ``small`` size (``training_speed``)."""
     setting = dataclasses.replace(
         benchmark.CPU_SETTING,
         vocab_size=tokenizer.vocabulary_size(),
@@ -264,6 +266,7 @@ def main(argv=None):
     """Train (unless ``--score-only``) and score; returns the curve. An
     unreadable corpus, or nothing to score: exit status 2, one line."""
     parser, args = parse_args(argv)
+    prepare_process()
     start_tensorflow()
     keras.utils.set_random_seed(args.seed)
     try:
@@ -276,6 +279,5 @@ def main(argv=None):
     return score_snapshots(args, model, tokenizer, val_pairs, taken)
 
 
-def command():
-    """The installed ``kt-keras-hub-recipe`` command (``[project.scripts]``)."""
+if __name__ == "__main__":
     main()

@@ -31,7 +31,7 @@ casts) is what implementations can do more or less of.
 
 def forward_products(s):
     """``(a_shape, b_shape)`` of each forward product of the benchmark's
-    model with setting ``s`` (``benchmark.Setting``)."""
+    model with setting ``s`` (``training_speed.Setting``)."""
     d, f, h = s.d_model, s.d_ff, s.num_heads
     n = s.batch_size * s.source_length  # source tokens
     m = s.batch_size * s.target_length  # target tokens
@@ -161,7 +161,7 @@ def step_floor(s):
     import keras
     import numpy as np
 
-    from keras_transformer.commands import benchmark
+    from benchmarks import training_speed as benchmark
 
     products = products_step(s)
     rng = np.random.default_rng(s.seed + 1)

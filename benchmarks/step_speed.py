@@ -1,14 +1,14 @@
 """Training step speed of ours against keras-hub's layers, measured in pairs.
 
-    KERAS_BACKEND=jax kt-step-speed                      # one backend
-    kt-step-speed --all-backends --dtype-policy mixed_bfloat16
-    KERAS_BACKEND=jax kt-step-speed --profile            # where the time goes
+    KERAS_BACKEND=jax python -m benchmarks.step_speed           # one backend
+    python -m benchmarks.step_speed --all-backends --dtype-policy mixed_bfloat16
+    KERAS_BACKEND=jax python -m benchmarks.step_speed --profile # where the time goes
 
-The models and batches are ``kt-benchmark``'s (vocabulary 8,000, 3 + 3
-layers, d_model 256, batches of 32 × 32). ``kt-benchmark`` trains each
+The models and batches are ``benchmarks.training_speed``'s (vocabulary 8,000, 3 + 3
+layers, d_model 256, batches of 32 × 32). ``benchmarks.training_speed`` trains each
 variant in a process of its own, which is right for peak memory but not for
 a ratio: on a small, busy machine a process can land in a slow mode for its
-whole life (JAX's step time on two cores differs by up to a quarter from one
+whole life (JAX's step time on two cores differs noticeably from one
 process to the next), and a ratio of two processes carries both draws. Here
 all variants are built in **one** process and trained in turns: ``--rounds``
 rounds of ``--steps`` steps each, the order reversed every other round, after
@@ -22,7 +22,7 @@ thousands mean the step gets fresh memory from the kernel every time
 Variants: ``ours`` (Keras' ``SparseCategoricalCrossentropy``, as keras-hub's
 guides train), ``ours_own_loss`` (the loss this package recommends,
 ``LabelSmoothedCrossEntropy``, ε = 0.1), ``keras_hub``; and two floors
-that are not models (``keras_transformer/commands/matmul_floor.py``):
+that are not models (``benchmarks/matmul_floor.py``):
 ``matmul_floor``, the step's matrix products alone, and ``step_floor``, those
 with the loss and Adam's update. keras-hub's step over a floor is the most
 any implementation of the model could beat keras-hub's layers by.
@@ -46,8 +46,9 @@ import subprocess
 import sys
 import time
 
-from keras_transformer import timing
-from keras_transformer.commands import benchmark, matmul_floor
+from benchmarks import child_env, matmul_floor, python_module, timing
+from benchmarks import training_speed as benchmark
+from keras_transformer.cli._process import prepare_process
 
 VARIANTS = ("ours", "ours_own_loss", "keras_hub", "matmul_floor", "step_floor")
 FLOORS = {
@@ -338,8 +339,8 @@ def profile(s, variant, workdir):
 def _run(backend, args, env=None):
     """This module with ``args`` in a fresh process under ``backend``; the
     JSON it prints last."""
-    env = dict(env or os.environ, KERAS_BACKEND=backend)
-    command = [sys.executable, "-m", "keras_transformer.commands.step_speed"]
+    env = dict(env or child_env(), KERAS_BACKEND=backend)
+    command = python_module("benchmarks.step_speed")
     done = subprocess.run(
         command + ["--in-process", "--json", "-"] + args,
         env=env,
@@ -411,7 +412,7 @@ def profile_table(rows):
 
 def parse_args(argv):
     parser = argparse.ArgumentParser(
-        prog="kt-step-speed", description=__doc__.splitlines()[0]
+        prog="python -m benchmarks.step_speed", description=__doc__.splitlines()[0]
     )
     parser.add_argument("--all-backends", action="store_true")
     parser.add_argument(
@@ -460,6 +461,7 @@ def _in_process(args):
 
 def main(argv=None):
     args = parse_args(argv)
+    prepare_process()
     if args.in_process:
         results = _in_process(args)
         print(json.dumps(results))
@@ -500,10 +502,5 @@ def main(argv=None):
     return results
 
 
-def command():
-    """The installed ``kt-step-speed`` command (``[project.scripts]``)."""
-    main()
-
-
 if __name__ == "__main__":
-    command()
+    main()

@@ -1,8 +1,8 @@
 """Training speed side by side: this package, keras-hub's layers, PyTorch.
 
-    KERAS_BACKEND=jax kt-benchmark     # one backend
-    kt-benchmark --all-backends         # one table, all three
-    kt-benchmark --gpu                  # base config, ~25k tokens
+    KERAS_BACKEND=jax python -m benchmarks.training_speed  # one backend
+    python -m benchmarks.training_speed --all-backends      # all three
+    python -m benchmarks.training_speed --gpu   # base config, ~25k tokens
 
 The same model is built three ways, on the current backend:
 
@@ -52,6 +52,9 @@ import statistics
 import subprocess
 import sys
 import time
+
+from benchmarks import child_env, python_module
+from keras_transformer.cli._process import prepare_process
 
 BACKENDS = ("tensorflow", "jax", "torch")
 VARIANTS = ("ours", "keras_hub", "torch")
@@ -477,8 +480,8 @@ def decode_ours(s, repeats=3):
     """
     import keras
 
+    from benchmarks.timing import time_call
     from keras_transformer import decoding
-    from keras_transformer.timing import time_call
 
     keras.config.set_dtype_policy(s.dtype_policy)
     keras.utils.set_random_seed(s.seed)
@@ -545,11 +548,9 @@ def measure(s, variant, decode=False):
 
 def run_isolated(backend, variant, s, decode):
     """``measure`` in a fresh Python process with ``KERAS_BACKEND=backend``."""
-    env = dict(os.environ, KERAS_BACKEND=backend)
+    env = child_env(KERAS_BACKEND=backend)
     command = [
-        sys.executable,
-        "-m",
-        "keras_transformer.commands.benchmark",
+        *python_module("benchmarks.training_speed"),
         "--in-process",
         "--variants",
         variant,
@@ -652,7 +653,7 @@ def peak_tflops_of(device_names):
 
 def parse_args(argv):
     parser = argparse.ArgumentParser(
-        prog="kt-benchmark", description=__doc__.splitlines()[0]
+        prog="python -m benchmarks.training_speed", description=__doc__.splitlines()[0]
     )
     parser.add_argument("--all-backends", action="store_true")
     parser.add_argument(
@@ -692,9 +693,9 @@ def setting_from_args(args):
         return Setting(**json.loads(args.setting_json))
     s = GPU_SETTING if args.gpu else CPU_SETTING
     if args.config:
-        from keras_transformer.model import get_config
+        from keras_transformer.configs import transformer_config
 
-        c = get_config(args.config)
+        c = transformer_config(args.config)
         s = dataclasses.replace(
             s,
             num_layers=c.num_layers,
@@ -717,6 +718,7 @@ def setting_from_args(args):
 
 def main(argv=None):
     args = parse_args(argv)
+    prepare_process()
     s = setting_from_args(args)
     if args.in_process:
         variants = args.variants.split(",")
@@ -754,11 +756,5 @@ def main(argv=None):
     return results
 
 
-def command():
-    """The installed ``kt-benchmark`` command (``[project.scripts]``); ``main``
-    returns what it did, for callers in Python."""
-    main()
-
-
 if __name__ == "__main__":
-    command()
+    main()

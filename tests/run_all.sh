@@ -12,12 +12,13 @@
 #    time of one after the other), passing any arguments through to pytest,
 # 4. prints each backend's output, its 15 slowest tests, one PASS/FAIL line per
 #    backend (with its wall and CPU time), and the line and branch coverage
-#    of keras_transformer/ and training/ over all backends together.
+#    of keras_transformer/, benchmarks/ and training/ over all backends
+#    together.
 #
 # Tests marked `once` (backend-free code, whole-program tests) run in one
 # backend's run only, and the TensorFlow and JAX runs record coverage only for
 # the `once` tests they collect and the tests that reach their own branches:
-# see tests/conftest.py. `--quick` is the development loop: `-m "not slow"`,
+# see conftest.py. `--quick` is the development loop: `-m "not slow"`,
 # no coverage.
 #
 # Every backend is run even if one fails; the script exits non-zero if any
@@ -75,7 +76,7 @@ if [[ -z "${XLA_FLAGS+x}" ]]; then
     export XLA_FLAGS="--xla_force_host_platform_device_count=4 --xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
 fi
 # TensorFlow's functions without Grappler, except in the end-to-end and fault
-# tests (see tests/conftest.py: the same trade as XLA's flags above).
+# tests (see conftest.py: the same trade as XLA's flags above).
 export KT_TF_GRAPPLER="${KT_TF_GRAPPLER:-0}"
 export TF_CPP_MIN_LOG_LEVEL=2
 unset PYTHONDONTWRITEBYTECODE  # see the install below
@@ -220,7 +221,8 @@ run_backend() {
     cpu_start=$cpu_seconds
     local -a cov=()
     if [[ "$COVERAGE" == "1" ]]; then
-        cov=(--cov=keras_transformer --cov=training --cov-branch --cov-report=)
+        cov=(--cov=keras_transformer --cov=benchmarks --cov=training --cov-branch
+            --cov-report=)
     fi
     # The TensorFlow run is the longest (tracing graphs is slow Python): two
     # pytest-xdist workers, a test file each at a time, so that it uses both
@@ -314,7 +316,7 @@ t = json.load(open(sys.argv[1]))["totals"]
 lines = t["covered_lines"], t["num_statements"]
 branches = t["covered_branches"], t["num_branches"]
 print(
-    f"combined coverage of keras_transformer/ and training/: "
+    f"combined coverage of keras_transformer/, benchmarks/ and training/: "
     f"lines {lines[0]}/{lines[1]} = {100 * lines[0] / lines[1]:.1f} %, "
     f"branches {branches[0]}/{branches[1]} = {100 * branches[0] / branches[1]:.1f} %"
 )

@@ -7,7 +7,8 @@ import types
 import pytest
 from coverage import CoverageData
 
-from tests import backend_coverage, conftest
+import conftest
+from tests import backend_coverage
 
 pytestmark = pytest.mark.once
 

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 import keras_transformer as kt
+from conftest import BACKEND
 from keras_transformer.layers import dropout as dropout_lib
-from tests.conftest import BACKEND
 
 RATE = 0.1
 # Four standard deviations of a fraction measured over n coin flips.
@@ -154,7 +154,7 @@ def test_noise_shape_falls_back_to_keras():
 
 def test_the_model_uses_it_everywhere():
     model = kt.build_model("tiny", src_vocab_size=50)
-    n = kt.get_config("tiny").num_layers
+    n = kt.transformer_config("tiny").num_layers
     dropouts = [
         layer
         for layer in model._flatten_layers(include_self=False, recursive=True)

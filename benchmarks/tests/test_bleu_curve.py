@@ -1,11 +1,11 @@
-"""kt-curve: drawing curves, and refusing what is not a run or a curve.
+"""benchmarks.bleu_curve: drawing curves, and refusing what is not a run or a curve.
 (Scoring a run's checkpoints: tests/test_train.py, on its shared run.)"""
 
 import json
 
 import pytest
 
-from keras_transformer.commands import curve
+from benchmarks import bleu_curve as curve
 
 pytestmark = pytest.mark.once
 

@@ -1,12 +1,12 @@
-"""kt-benchmark-data: the made-up corpus, and a short measurement run."""
+"""benchmarks.data_speed: the made-up corpus, and a short measurement run."""
 
 import json
 
 import numpy as np
 import pytest
 
+from benchmarks import data_speed as benchmark_data
 from keras_transformer import data as ktd
-from keras_transformer.commands import benchmark_data
 
 pytestmark = [pytest.mark.once("torch"), pytest.mark.slow]
 

@@ -1,5 +1,5 @@
-"""kt-keras-hub-recipe: the comparison's greedy decoding, and a short run
-whose curve kt-curve can draw."""
+"""benchmarks.keras_hub_recipe: the comparison's greedy decoding, and a short run
+whose curve benchmarks.bleu_curve can draw."""
 
 import dataclasses
 import json
@@ -8,8 +8,10 @@ import keras
 import numpy as np
 import pytest
 
+from benchmarks import bleu_curve as curve
+from benchmarks import keras_hub_recipe
+from benchmarks import training_speed as benchmark
 from keras_transformer import data as ktd
-from keras_transformer.commands import benchmark, curve, keras_hub_recipe
 from keras_transformer.special_tokens import END_ID, PAD_ID, START_ID
 
 pytestmark = pytest.mark.once
@@ -59,7 +61,7 @@ def test_padded_cuts_and_pads_to_one_length():
 
 
 # keras-hub's own sub-layers warn about the mask keras-hub attaches (as in
-# tests/test_benchmark.py).
+# test_training_speed.py).
 @pytest.mark.filterwarnings(
     r"ignore:Layer '\w+' \(of type \w+\) was passed an input with a mask"
     ":UserWarning"

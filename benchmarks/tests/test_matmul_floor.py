@@ -1,5 +1,5 @@
 """Tests of the matrix products of one training step, run alone
-(keras_transformer/commands/matmul_floor.py; ``kt-step-speed``'s
+(benchmarks/matmul_floor.py; ``benchmarks.step_speed``'s
 ``matmul_floor`` row): the list of products against the benchmark's own
 FLOP formula, the backward products' shapes, and the products' values
 against NumPy on the backend under test."""
@@ -9,8 +9,9 @@ import dataclasses
 import numpy as np
 import pytest
 
-from keras_transformer.commands import benchmark, matmul_floor
-from tests.test_benchmark import TINY
+from benchmarks import matmul_floor
+from benchmarks import training_speed as benchmark
+from benchmarks.tests.test_training_speed import TINY
 
 SETTINGS = [
     TINY,

@@ -1,15 +1,15 @@
-"""Tests of `kt-step-speed` (keras_transformer/commands/step_speed.py): the
+"""Tests of ``benchmarks/step_speed.py``: the
 paired timing's bookkeeping, the reading of XLA's HLO, the profile's split
 into matrix products and the rest, the tables and the arguments. Tiny models
-(test_benchmark's TINY); what is tested is the bookkeeping, not speed."""
+(test_training_speed's TINY); what is tested is the bookkeeping, not speed."""
 
 import dataclasses
 
 import pytest
 
-from keras_transformer.commands import step_speed
-from tests.conftest import BACKEND
-from tests.test_benchmark import KERAS_HUB_MASK_WARNINGS, TINY
+from benchmarks import step_speed
+from benchmarks.tests.test_training_speed import KERAS_HUB_MASK_WARNINGS, TINY
+from conftest import BACKEND
 
 HLO = """\
 HloModule jit_train_step, entry_computation_layout={()->f32[]}
@@ -121,7 +121,7 @@ def test_bad_arguments_are_named(argv, message, capsys):
 @KERAS_HUB_MASK_WARNINGS
 def test_paired_trains_every_variant_in_turns():
     s = dataclasses.replace(TINY, steps=2, warmup=1)
-    # ours_own_loss builds as ours does (test_benchmark trains it)
+    # ours_own_loss builds as ours does (test_training_speed trains it)
     variants = ["ours", "keras_hub", "matmul_floor", "step_floor"]
     medians, faults = step_speed.paired(s, variants, rounds=2)
     assert set(medians) == set(faults) == set(variants)

@@ -1,4 +1,4 @@
-"""Tests of `training/benchmark.py`, the training-speed comparison.
+"""Tests of `benchmarks/training_speed.py`, the training-speed comparison.
 
 Runs under every KERAS_BACKEND, in-process (the benchmark's own subprocesses,
 `run_isolated`, are replaced by fakes where `main` is tested). The models are
@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import keras_transformer as kt
-from keras_transformer.commands import benchmark
+from benchmarks import training_speed as benchmark
 
 BACKEND = keras.backend.backend()
 TINY = dataclasses.replace(
@@ -219,7 +219,7 @@ def test_measure_ours_with_its_own_loss_compiles_that_loss(monkeypatch):
 
 # The decoding speeds time `decoding`'s searches, which test_decoding.py checks
 # on every backend; what this adds (the keys, one speed per search) is the
-# same on all, and compiling both searches took TensorFlow's run 50 s.
+# same on all, and compiling both searches is slow on TensorFlow.
 @pytest.mark.slow
 @pytest.mark.once
 def test_measure_ours_decodes():
@@ -418,7 +418,7 @@ def test_default_setting_is_the_cpu_setting():
 def test_gpu_flag_selects_base_model_at_25k_tokens_in_bfloat16():
     s = _setting(["--gpu"])
     assert s == benchmark.GPU_SETTING
-    base = kt.get_config("base")
+    base = kt.transformer_config("base")
     assert (s.num_layers, s.d_model, s.num_heads, s.d_ff) == (
         base.num_layers,
         base.d_model,
@@ -435,7 +435,7 @@ def test_gpu_flag_selects_base_model_at_25k_tokens_in_bfloat16():
 
 @pytest.mark.once
 def test_config_and_step_arguments_override_the_setting():
-    tiny = kt.get_config("tiny")
+    tiny = kt.transformer_config("tiny")
     size = (tiny.num_layers, tiny.d_model, tiny.num_heads, tiny.d_ff)
     s = _setting(["--config", "tiny"])
     assert (s.num_layers, s.d_model, s.num_heads, s.d_ff) == size
@@ -569,7 +569,7 @@ def test_main_all_backends(monkeypatch, capsys):
 
 @pytest.mark.once
 def test_time_call_times_a_first_call_then_the_median_of_the_repeats(monkeypatch):
-    from keras_transformer import timing
+    from benchmarks import timing
 
     # A fake clock: the first call takes 10 s, the repeats 1, 5 and 2 s.
     durations = iter([10.0, 1.0, 5.0, 2.0])
@@ -587,9 +587,9 @@ def test_time_call_times_a_first_call_then_the_median_of_the_repeats(monkeypatch
 
 @pytest.mark.once
 def test_decoding_benchmark_measures_and_tabulates():
-    """``training.benchmark_decoding`` on a tiny setting: every search timed,
+    """``benchmarks.decoding_speed`` on a tiny setting: every search timed,
     the ratios computed from those times, one table row."""
-    from keras_transformer.commands import benchmark_decoding
+    from benchmarks import decoding_speed as benchmark_decoding
 
     run = benchmark_decoding.measure(batch=2, source_length=4, steps=3, repeats=1)
     searches = run["searches"]
