@@ -159,11 +159,10 @@ def fused_attention_fails(dtype, d_k, d_v):
 
 def fused_attention_is_slower(x):
     """Cases where ``keras.ops.dot_product_attention`` works but the explicit
-    path is faster: PyTorch's CPU kernel in bfloat16. With the benchmark's
-    model under ``mixed_bfloat16`` a training step took 374–423 ms with it
-    and 296–342 ms with the explicit path, whose products go to oneDNN's
-    bfloat16 matrix products (float32: no difference beyond the noise;
-    docs/results.md, "Step speed"). GPUs keep the fused kernel."""
+    path is faster: PyTorch's CPU kernel in bfloat16, where the explicit
+    path's products go to oneDNN's bfloat16 matrix products (float32 shows
+    no clear difference; docs/results.md, "PyTorch's attention in
+    bfloat16"). GPUs keep the fused kernel."""
     if name() != "torch":
         return False
     if keras.backend.standardize_dtype(x.dtype) != "bfloat16":
@@ -190,14 +189,13 @@ def cpu_flags(path="/proc/cpuinfo"):
 
 
 def fastest_policy(flags=None):
-    """``"mixed_bfloat16"`` where it was measured to train faster and as
-    well, else ``"float32"``.
+    """``"mixed_bfloat16"`` where it trains faster and as well, else
+    ``"float32"``.
 
     That is TensorFlow on a CPU with BF16 instructions: oneDNN runs bfloat16
-    products at about twice float32's rate there, and the built-in task
-    trained as well (docs/results.md, #16). XLA:CPU (JAX) gains little from
-    bfloat16; PyTorch's and the GPUs' were not measured for quality, so they
-    keep float32.
+    products faster than float32 there, and the built-in task trains as well
+    (docs/results.md). XLA:CPU (JAX) gains little from bfloat16; PyTorch's
+    and the GPUs' quality under it is unverified, so they keep float32.
     """
     if name() != "tensorflow":
         return "float32"
@@ -215,8 +213,7 @@ def flash_attention_flag():
     ``None`` lets Keras probe whether a flash kernel applies. On PyTorch
     (Keras 3.15) the probe builds a ``torch.backends.cuda.SDPAParams``, a
     C++ object that ``torch.compile`` cannot trace: a graph break in every
-    attention of a compiled step (26 in a one-layer model's first training
-    step). ``False`` skips the probe and calls
+    attention of a compiled step. ``False`` skips the probe and calls
     ``torch.nn.functional.scaled_dot_product_attention`` unrestricted, which
     picks the flash kernel by itself where one applies (CUDA).
     """
@@ -250,8 +247,8 @@ def compile_loop(model, fn):
         import tensorflow as tf
 
         # autograph=False: the loops are ops.while_loop already, and
-        # AutoGraph's rewriting of every layer's source took longer than the
-        # tracing itself (a first translation 11 s of CPU, 2 s without).
+        # AutoGraph's rewriting of every layer's source costs more than the
+        # tracing itself.
         return tf.function(fn, jit_compile=True, autograph=False)
     if backend == "torch":
         import torch

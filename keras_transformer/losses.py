@@ -66,12 +66,12 @@ def smoothed_cross_entropy(logits, labels, label_smoothing):
     ``lse - (1 - ε)·logits[label] - ε·mean(logits)``, and its gradient with
     respect to the logits is ``softmax(logits) - q``. On JAX and TensorFlow
     that gradient is written out (``_fused``): automatic differentiation of
-    ``log_softmax`` and the gather built it in several passes over the
-    (B, T, V) logits, the largest array of a step (the loss was a tenth of a
-    JAX training step; docs/results.md, "Step speed"). PyTorch runs eagerly,
-    one kernel per operation, and its own fused ``log_softmax`` and its
-    gradient are fewer passes than the expression written out, so it keeps
-    automatic differentiation (``_from_log_probs``).
+    ``log_softmax`` and the gather builds it in several passes over the
+    (B, T, V) logits, the largest array of a step (docs/results.md, "Step
+    speed"). PyTorch runs eagerly, one kernel per operation, and its own
+    fused ``log_softmax`` and its gradient are fewer passes than the
+    expression written out, so it keeps automatic differentiation
+    (``_from_log_probs``).
     """
     if backend.name() == "torch":
         log_probs = ops.log_softmax(logits, axis=-1)
@@ -250,9 +250,9 @@ class MaskedAccuracy(keras.metrics.Metric):
     ``argmax(y_pred) == y_true``. Sample weights, if given, weight the tokens.
 
     Keras' built-in ``"accuracy"`` does not skip the padding positions of our
-    model's targets (observed): it goes by the Keras mask of the logits, which
-    comes from the decoder *inputs* and so keeps the position where the input
-    is </s> and the target is padding. A trained model predicts padding
+    model's targets: it goes by the Keras mask of the logits, which comes
+    from the decoder *inputs* and so keeps the position where the input is
+    </s> and the target is padding. A trained model predicts padding
     there, which counts as a correct token and inflates the accuracy. This
     metric goes by the targets.
 

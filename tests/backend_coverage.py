@@ -3,8 +3,8 @@
 ``tests/run_all.sh`` records coverage for every test in the run that runs
 the ``once`` tests by default (PyTorch), but on TensorFlow and JAX only for
 the ``once`` tests they collect and the test files in
-``conftest.PER_BACKEND_COVERAGE``: tracing costs about a fifth of a
-run, and most lines run the same on every backend. This script shows which
+``conftest.PER_BACKEND_COVERAGE``: tracing slows a run markedly, and most
+lines run the same on every backend. This script shows which
 files that set needs. Record each backend's coverage with test contexts, in
 files named ``.coverage.<backend>``, then::
 

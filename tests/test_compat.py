@@ -102,7 +102,7 @@ def test_translator_of_0_1_0_translates_the_same():
     x = {k: EXPECTED[f"translator/{k}"] for k in ("encoder_inputs", "decoder_inputs")}
     # Called, not predict(): the file holds the compile settings of the JAX
     # run that wrote it (jit_compile=True), which on PyTorch means a
-    # torch.compile of the predict step (a minute on two cores).
+    # slow torch.compile of the predict step.
     logits = keras.ops.convert_to_numpy(translator.transformer(x))
     np.testing.assert_allclose(logits, EXPECTED["translator/logits"], atol=1e-5)
     sentences = TEXT["sentences"]
@@ -145,8 +145,7 @@ def test_translator_of_0_2_0_translates_the_same():
     assert isinstance(translator, kt.Translator)
     assert getattr(translator.transformer, "optimizer", None) is None
     x = {
-        k: EXPECTED_0_2[f"translator/{k}"]
-        for k in ("encoder_inputs", "decoder_inputs")
+        k: EXPECTED_0_2[f"translator/{k}"] for k in ("encoder_inputs", "decoder_inputs")
     }
     logits = keras.ops.convert_to_numpy(translator.transformer(x))
     np.testing.assert_allclose(logits, EXPECTED_0_2["translator/logits"], atol=1e-4)

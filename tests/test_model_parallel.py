@@ -1,4 +1,4 @@
-"""Sharded weights (#17): ``model_parallel(K)`` over the 4 virtual CPU devices
+"""Sharded weights: ``model_parallel(K)`` over the 4 virtual CPU devices
 of the JAX run (``XLA_FLAGS=--xla_force_host_platform_device_count=4``).
 
 Reference: the same model, same weights, on one device.

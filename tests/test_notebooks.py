@@ -22,8 +22,7 @@ traceback in the message.
 In ``tests/run_all.sh`` (and so CI) the notebooks are executed in one
 backend's run only (``@pytest.mark.once``, see conftest.py: PyTorch's, the
 lightest run), for the suite's time budget; a plain ``pytest`` run executes
-them on its backend. Each notebook was also run by
-hand on all three backends before it was committed.
+them on its backend.
 
 The cheap checks need no kernel: every committed notebook is valid nbformat,
 was saved executed (every code cell has an execution count, no error outputs),

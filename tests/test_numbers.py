@@ -20,7 +20,7 @@ pytestmark = pytest.mark.once
 @pytest.fixture(autouse=True)
 def _fresh_keras_state():
     """Overrides conftest's: nothing here touches Keras, and its per-test
-    ``clear_session`` (a full garbage collection, ~0.3 s) would dominate."""
+    ``clear_session`` (a full garbage collection) would dominate."""
     yield
 
 
@@ -364,8 +364,8 @@ def test_small_training_set_takes_part_of_the_core():
 
 def test_make_splits_spells_each_number_once(monkeypatch):
     """The work of ``make_splits`` is one English and one German spelling per
-    distinct number drawn (under 54,000 by default; about 0.2 s on an idle
-    machine). Counted rather than timed: the suite asserts no timings."""
+    distinct number drawn (under 54,000 by default). Counted rather than
+    timed: the suite asserts no timings."""
     from keras_transformer.data import numbers as module
 
     calls = {"english": 0, "german": 0}

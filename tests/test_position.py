@@ -38,7 +38,7 @@ def _pe_atol(positions):
 
     The layer computes the angle pos / 10000^(2i/d) in float32; any float32
     implementation rounds that angle, an error of up to about one ulp of the
-    angle (<= 2^-23 * pos), which sin/cos pass on unchanged. The brief's 1e-6
+    angle (<= 2^-23 * pos), which sin/cos pass on unchanged. A 1e-6 tolerance
     therefore holds only for small positions; beyond that the bound grows with
     pos (2.4e-5 at pos 200; the measured error there is ~3e-6). A wrong
     frequency, a swapped sin/cos or an off-by-one position is off by far more.

@@ -15,7 +15,8 @@ def python_blocks():
 
 
 def test_readme_is_a_front_page():
-    assert len(README.read_text().splitlines()) <= 300
+    assert len(README.read_text().splitlines()) <= 250
+    assert not re.search(r"(?<![\w&/])#\d+\b", README.read_text())  # no issue numbers
 
 
 @pytest.mark.once

@@ -136,9 +136,8 @@ _STRATA = ((1_000, 10_000), (10_000, 100_000), (100_000, LIMIT))
 EDGE_NUMBERS = (0, 1, 17, 21, 101, 1_001, 100_000, 999_999)
 
 # 0-101 are whole sources that training otherwise shows once per epoch among
-# 50,000 (0 and 1 were wrong in every 3-minute run until they were shown
-# more often: docs/results.md, #16): the irregular small numbers, the tens,
-# and "eins" at the end after "hundert".
+# 50,000, too rarely for a short run to learn 0 and 1 (docs/results.md): the
+# irregular small numbers, the tens, and "eins" at the end after "hundert".
 SHORT_NUMBERS = 102
 SHORT_REPEATS = 20
 

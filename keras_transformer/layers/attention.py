@@ -9,22 +9,17 @@ from keras_transformer import _checks, backend
 from keras_transformer.layers import masks as masks_lib
 from keras_transformer.layers.dropout import Dropout
 
-# Masked logits get this fill before the softmax. The explicit path takes its
-# softmax in float32, so the fill comes from float32's range (it would overflow
-# float16, whose largest magnitude is 65504). A finite fill keeps rows that are
-# entirely masked finite: they become a uniform average, as in every Keras
-# backend's fused kernel.
+# Masked logits get this fill before the explicit path's float32 softmax (it
+# would overflow float16). Being finite, it makes a fully masked row a uniform
+# average, as every Keras backend's fused kernel does.
 _FLOAT32_MASK_FILL = -0.7 * 3.4028235e38
 
 
 def _fresh_initializer(initializer):
     """A new initializer with the same config, so each sub-layer draws its own
-    values (one initializer object shared by layers would repeat them).
-
-    Through its class and config rather than ``keras.initializers.serialize``:
-    Keras' serializer asks whether TensorFlow is installed, which imports it,
-    and building a model on JAX or PyTorch should not load TensorFlow.
-    """
+    values (a shared initializer object would repeat them). Not through
+    ``keras.initializers.serialize``, which imports TensorFlow to ask whether
+    it is installed: a model on JAX or PyTorch should not load it."""
     initializer = keras.initializers.get(initializer)
     return type(initializer).from_config(initializer.get_config())
 
@@ -63,10 +58,9 @@ class ScaledDotProductAttention(keras.layers.Layer):
     """Scaled dot-product attention, ``softmax(Q Kᵀ / √d_k) V`` (§3.2.1).
 
     Without attention dropout and without weights to return, the call goes
-    through ``keras.ops.dot_product_attention``, which picks the backend's
-    fused (flash) kernel where one fits (but not PyTorch's CPU kernel in
-    bfloat16, which is slower than the explicit path). Otherwise the weights
-    are computed explicitly, with the softmax in float32.
+    through ``keras.ops.dot_product_attention`` and the backend's fused
+    (flash) kernel where one fits, except PyTorch's slower CPU kernel in
+    bfloat16; otherwise the weights are computed, with the softmax in float32.
 
     Args:
         dropout: float in [0, 1). Dropout on the attention weights. The paper

@@ -99,11 +99,9 @@ class _Block(keras.layers.Layer):
         ``__call__`` would add nothing here: the block's own ``__call__`` has
         resolved ``training`` and the masks, the input is in the compute
         dtype, the sub-layer was built with the block, and its ``Dense``
-        layers cast their own variables. (Since the model's compiled steps
-        run the forward pass as one graph, with no break inside a layer,
-        Dynamo no longer recompiles ``__call__`` there and the crash is not
-        reached even without this; compiled code that breaks its graph in a
-        layer still can.)
+        layers cast their own variables. (The model's compiled steps run the
+        forward pass as one graph, so Dynamo does not recompile ``__call__``
+        there; compiled code that breaks its graph inside a layer would.)
         """
         return self.self_attention.call(
             x, x, query_mask=mask, value_mask=mask, **kwargs
@@ -166,10 +164,9 @@ class _Block(keras.layers.Layer):
         shaped like the first input, in the compute dtype.
 
         Keras' default traces ``call`` on placeholders: most of the time
-        ``build_model`` takes (on TensorFlow 0.5 s of 0.66 s for a small model
-        of one layer each side), and the model is built again by
-        ``load_model`` and by every copy. Calls that also return attention
-        weights or a cache are traced as before.
+        ``build_model`` takes, and the model is built again by ``load_model``
+        and by every copy. Calls that also return attention weights or a
+        cache are traced as Keras does.
         """
         signature = inspect.signature(self.call)
         given = signature.bind(*args, **kwargs).arguments

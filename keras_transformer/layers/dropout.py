@@ -1,13 +1,12 @@
 """Dropout (§5.4) whose random bits are a hash of each element's position.
 
 ``keras.layers.Dropout`` on JAX draws its mask with ``jax.random``'s
-Threefry generator: 20 rounds of mixing per 32 random bits, which XLA:CPU
-runs at about 11 ns an element. The 17 dropouts of the benchmark's
-3 + 3-layer model took 63 ms of a 515 ms training step on the CPU, 12 % of
-it (docs/results.md, "Step speed"). Here each element's bits are a 32-bit
+Threefry generator: 20 rounds of mixing per 32 random bits, which makes
+drawing the masks a large share of a training step on the CPU
+(docs/results.md, "Step speed"). Here each element's bits are a 32-bit
 integer hash of its flat index, keyed by the layer's seed: a handful of
 multiplies, shifts and xors that XLA fuses into the select that applies the
-mask, about 0.3 ns an element.
+mask.
 
 A hash of (key, index) is a counter-based generator, the idea behind
 Threefry and Philox themselves, with fewer rounds: enough for dropout, whose
