@@ -14,6 +14,12 @@ def python_blocks():
     return re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
 
 
+def test_results_page_is_current_not_a_diary():
+    text = (README.parent / "docs" / "results.md").read_text()
+    assert len(text.splitlines()) <= 400
+    assert not re.search(r"(?<![\w&/])#\d+\b", text)  # no issue numbers
+
+
 def test_readme_is_a_front_page():
     assert len(README.read_text().splitlines()) <= 250
     assert not re.search(r"(?<![\w&/])#\d+\b", README.read_text())  # no issue numbers
