@@ -1,7 +1,13 @@
-"""Callbacks for long training runs: a time budget, resumable checkpoints and
+"""Callbacks for long training runs: a time budget, resumable checkpoints
+that never hold a diverged model, a clean stop on a scheduler's signal, and
 progress lines for logs."""
 
+import contextlib
+import math
+import os
+import signal
 import sys
+import threading
 import time
 
 import keras
@@ -66,13 +72,19 @@ class TimeBudget(keras.callbacks.Callback):
 
 
 class Checkpointer(keras.callbacks.Callback):
-    """Save resumable checkpoints every ``every_steps`` steps and per epoch.
+    """Save resumable checkpoints every ``every_steps`` steps and per epoch,
+    never one of a diverged model.
 
     A checkpoint records where in the data it was taken: ``epoch`` (0-based)
     and ``batch`` (batches of that epoch already trained), so a resumed run
     can skip exactly those. It is written at every ``every_steps`` optimizer
     steps and at the end of every ``fit`` epoch, whether the epoch was
     complete or stopped early (then ``batch`` says how far it got).
+
+    A loss that is not finite, or weights that are not (checked before each
+    save), mean the run diverged: nothing more is saved, ``diverged`` says
+    where, and training stops at the end of that batch. The checkpoints
+    written before are all finite.
 
     Args:
         directory: where checkpoints go (see ``keras_transformer.checkpoints``).
@@ -90,6 +102,8 @@ class Checkpointer(keras.callbacks.Callback):
         last_path: the newest checkpoint written.
         last_state: the ``state.json`` of the newest checkpoint (written or
             not).
+        diverged: None, or a dict saying where training diverged
+            (``iterations``, ``epoch``, ``batch``, ``reason``).
     """
 
     def __init__(
@@ -113,6 +127,7 @@ class Checkpointer(keras.callbacks.Callback):
         self.extra_state = dict(extra_state or {})
         self.first_batch = 0
         self.last_path = None
+        self.diverged = None
         self._epoch = 0
         self._done = 0
         self._updates = None
@@ -126,6 +141,10 @@ class Checkpointer(keras.callbacks.Callback):
 
     def on_train_batch_end(self, batch, logs=None):
         self._done = self.first_batch + batch + 1
+        loss = (logs or {}).get("loss")
+        if loss is not None and not math.isfinite(float(loss)):
+            self._diverge(f"the loss was {float(loss)}")
+            return
         # With gradient accumulation a batch need not end in an update: save
         # only after one, or the same step would be saved N times.
         updates, before = self._iterations(), self._updates
@@ -137,10 +156,25 @@ class Checkpointer(keras.callbacks.Callback):
         self._save(epoch, self._done, logs)
         self.first_batch = 0
 
+    def _diverge(self, reason):
+        if self.diverged is None:
+            self.diverged = {
+                "iterations": self._iterations(),
+                "epoch": int(self._epoch),
+                "batch": int(self._done),
+                "reason": reason,
+            }
+        self.model.stop_training = True
+
     def _iterations(self):
         return int(keras.ops.convert_to_numpy(self.model.optimizer.iterations))
 
     def _save(self, epoch, batch, logs=None):
+        if self.diverged is not None:
+            return
+        if not checkpoints.weights_are_finite(self.model):
+            self._diverge("the weights were no longer finite")
+            return
         if batch >= self.epoch_length:  # a finished epoch resumes at the next
             epoch, batch = epoch + 1, 0
         state = dict(self.extra_state)
@@ -157,6 +191,95 @@ class Checkpointer(keras.callbacks.Callback):
             self.last_path = checkpoints.save_checkpoint(
                 self.model, self.directory, state, keep=self.keep
             )
+
+
+# SIGUSR1 where there is one (not on Windows).
+_REQUESTS = tuple(filter(None, [getattr(signal, "SIGUSR1", None)]))
+
+
+class StopOnSignal(keras.callbacks.Callback):
+    """Stop training at the end of the batch in which a signal arrives.
+
+    Schedulers and spot machines send SIGTERM (a user's Ctrl-C, SIGINT) and
+    wait a while before killing. While ``handling()`` is active the first
+    such signal is noted (and said on ``stream``); at the end of the batch
+    training stops as at the end of an epoch (a ``Checkpointer`` then
+    writes its checkpoint). A second signal ends the process at once, with
+    the exit status ``128 + signal``. A ``requests`` signal (SIGUSR1, which
+    ``kt-launch`` passes on) asks for the same stop but never counts as the
+    second: a process hit by both a launcher's request and the signal
+    itself still writes its checkpoint.
+
+    Args:
+        signals: the signals to handle.
+        requests: signals that only ask for the stop.
+        agree: optional callable, ``agree(signal_number_or_0) -> int``: what
+            every process acts on (several processes training one model stop
+            at the same batch; ``keras_transformer.cluster.largest``).
+        stream: where the notice goes (default ``sys.stderr``).
+
+    Attributes:
+        signal: the number of the signal that stopped training (one that
+            reached another process, with ``agree``), or None.
+    """
+
+    def __init__(
+        self,
+        signals=(signal.SIGTERM, signal.SIGINT),
+        requests=_REQUESTS,
+        agree=None,
+        stream=None,
+    ):
+        super().__init__()
+        self.signals = tuple(signals)
+        self.requests = tuple(requests)
+        self.agree = agree
+        self.stream = stream
+        self.signal = None
+        self._received = 0
+
+    @contextlib.contextmanager
+    def handling(self):
+        """The handlers installed while the block runs (main thread only:
+        elsewhere Python delivers no signals, and nothing changes)."""
+        if threading.current_thread() is not threading.main_thread():
+            yield self
+            return
+        numbers = self.signals + self.requests
+        previous = {number: signal.signal(number, self._handle) for number in numbers}
+        try:
+            yield self
+        finally:
+            for number, handler in previous.items():
+                signal.signal(number, handler)
+
+    def _handle(self, number, frame):
+        name = signal.Signals(number).name
+        stream = sys.stderr if self.stream is None else self.stream
+        if number in self.requests:
+            if not self._received:
+                self._received = number
+                stream.write(f"\n{name}: stopping at the end of this batch\n")
+                stream.flush()
+            return
+        if self._received in self.signals:
+            stream.write(f"\n{name}, a second signal: stopping now, no checkpoint\n")
+            stream.flush()
+            os._exit(128 + number)
+        self._received = number
+        stream.write(
+            f"\n{name}: stopping at the end of this batch to write a checkpoint "
+            f"({name} again stops at once)\n"
+        )
+        stream.flush()
+
+    def on_train_batch_end(self, batch, logs=None):
+        received = self._received
+        if self.agree is not None:
+            received = self.agree(received)
+        if received:
+            self.signal = received
+            self.model.stop_training = True
 
 
 class ProgressLog(keras.callbacks.Callback):

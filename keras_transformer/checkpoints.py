@@ -7,7 +7,7 @@ seconds trained). It is written under a temporary name and renamed when
 complete, so a run killed at any moment (``kill -9`` included) leaves either
 the previous checkpoints or the new one, never half of one: directories
 whose names start with ``.tmp-`` are leftovers of an interrupted write and
-are ignored (and removed by the next save).
+are ignored (``remove_temporaries`` clears them).
 
 A checkpoint that was complete once can still be damaged later (a disk
 error, a file truncated by a copy): ``load_checkpoint`` then raises
@@ -29,12 +29,22 @@ import keras
 import numpy as np
 
 from keras_transformer import cluster
+from keras_transformer.atomic import (  # noqa: F401 (this module's API too)
+    DiskFullError,
+    ensure_room,
+    fsync_dir,
+    is_disk_full,
+    save_model_atomic,
+    temporary_target,
+    variable_bytes,
+    write_atomic,
+    write_json_atomic,
+)
 
 WEIGHTS_FILE = "model.weights.h5"
 STATE_FILE = "state.json"
 _PREFIX = "step-"
 _TMP_PREFIX = ".tmp-"
-_PARTIAL = ".partial.keras"  # save_model_atomic's temporary file
 # h5py raises OSError or RuntimeError for a damaged file, Keras ValueError or
 # KeyError for one that holds other variables than the model's.
 _LOAD_ERRORS = (OSError, RuntimeError, ValueError, KeyError)
@@ -108,6 +118,12 @@ def read_state(path):
 def save_checkpoint(model, directory, state, keep=None):
     """Write one checkpoint atomically; optionally keep only the newest ones.
 
+    The checkpoint is written under a temporary name of its own
+    (``.tmp-<process>-<random>-step-N``) and renamed into place; whatever
+    stops the write (an error, a full disk) removes that temporary folder,
+    and other writers' temporaries are left alone (``remove_temporaries``
+    clears them for a folder's only writer).
+
     Args:
         model: a built (usually compiled) ``keras.Model``.
         directory: the checkpoints folder (created if missing).
@@ -118,31 +134,41 @@ def save_checkpoint(model, directory, state, keep=None):
 
     Returns:
         The path of the new checkpoint directory.
+
+    Raises:
+        DiskFullError: not enough room, checked before writing from the
+            weights' size (or the newest checkpoint's), or found while
+            writing; nothing of the new checkpoint is left.
     """
     os.makedirs(directory, exist_ok=True)
-    for name in os.listdir(directory):
-        if name.startswith(_TMP_PREFIX):  # left by a write that was killed
-            shutil.rmtree(os.path.join(directory, name), ignore_errors=True)
     name = checkpoint_name(state["iterations"])
     final = os.path.join(directory, name)
-    tmp = os.path.join(directory, _TMP_PREFIX + name)
-    os.makedirs(tmp)
-    # One process may save while others train (multi-process data parallel):
-    # nothing Keras creates while saving may be placed across processes.
-    with cluster.without_distribution():
-        model.save_weights(os.path.join(tmp, WEIGHTS_FILE))
-    write_json_atomic(os.path.join(tmp, STATE_FILE), state)
-    _fsync_dir(tmp)
-    if os.path.exists(final):
-        # The same step saved again (e.g. an epoch ends exactly at a periodic
-        # save): the new copy replaces it in two renames.
-        old = os.path.join(directory, _TMP_PREFIX + "old-" + name)
-        os.rename(final, old)
-        os.rename(tmp, final)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.rename(tmp, final)
-    _fsync_dir(directory)
+    tmp = os.path.join(directory, f"{_TMP_PREFIX}{_writer()}-{name}")
+    needed = _checkpoint_bytes(model, directory)
+    ensure_room("checkpoint", final, needed)
+    try:
+        os.makedirs(tmp)
+        # One process may save while others train (multi-process data
+        # parallel): nothing Keras creates while saving may be placed across
+        # processes.
+        with cluster.without_distribution():
+            model.save_weights(os.path.join(tmp, WEIGHTS_FILE))
+        write_json_atomic(os.path.join(tmp, STATE_FILE), state, "checkpoint")
+        fsync_dir(tmp)
+        _rename_into_place(tmp, final)
+    except BaseException as error:
+        shutil.rmtree(tmp, ignore_errors=True)
+        # HDF5's errors need not carry errno: a failed write with the disk
+        # (nearly) full counts as a full disk.
+        full = is_disk_full(error) or (
+            type(error) is not DiskFullError
+            and isinstance(error, Exception)
+            and _free(directory, needed) < needed
+        )
+        if full:
+            raise DiskFullError("checkpoint", final, needed) from error
+        raise
+    fsync_dir(directory)
     if keep is not None:
         # Checkpoints of later steps are left alone: after resuming from an
         # older checkpoint (the later ones did not load) they must not count
@@ -153,17 +179,69 @@ def save_checkpoint(model, directory, state, keep=None):
     return final
 
 
-def load_checkpoint(model, path):
+def _rename_into_place(tmp, final):
+    if not os.path.exists(final):
+        os.rename(tmp, final)
+        return
+    # The same step saved again (e.g. an epoch ends exactly at a periodic
+    # save): the new copy replaces it in two renames.
+    old = os.path.join(
+        os.path.dirname(final),
+        f"{_TMP_PREFIX}{_writer()}-old-{os.path.basename(final)}",
+    )
+    os.rename(final, old)
+    os.rename(tmp, final)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _writer():
+    """This write's own name part: the process and a random tag."""
+    return f"{os.getpid()}-{uuid.uuid4().hex[:6]}"
+
+
+def _checkpoint_bytes(model, directory):
+    """About what a checkpoint of ``model`` takes: the newest one's size, or
+    the weights and the optimizer's state, with room for HDF5's own data."""
+    newest = list_checkpoints(directory)[-1:]
+    if newest:
+        return os.path.getsize(os.path.join(newest[0], WEIGHTS_FILE)) + (1 << 16)
+    optimizer = getattr(model, "optimizer", None)
+    variables = list(model.weights) + list(getattr(optimizer, "variables", []))
+    return int(variable_bytes(variables) * 1.1) + (1 << 18)
+
+
+def _free(directory, default):
+    free = shutil.disk_usage(directory).free if os.path.isdir(directory) else None
+    return default if free is None else free
+
+
+def remove_temporaries(directory):
+    """Remove every temporary folder a checkpoint write left in
+    ``directory``: for the folder's only writer, to whom they are all stale
+    (a killed run's, or a full disk's)."""
+    if not os.path.isdir(directory):
+        return
+    for name in os.listdir(directory):
+        if name.startswith(_TMP_PREFIX):
+            shutil.rmtree(os.path.join(directory, name), ignore_errors=True)
+
+
+def load_checkpoint(model, path, finite=False):
     """Restore weights (and the optimizer's state, if compiled); return state.
 
     The optimizer must be built before its variables can be assigned, so it
     is built here from the model's trainable variables when needed.
 
+    Args:
+        finite: also refuse a checkpoint whose weights are not all finite
+            (a diverged run's).
+
     Raises:
-        CheckpointError: a file of the checkpoint is missing or damaged, or
-            holds other variables than ``model``'s. Some of ``model``'s
-            variables may have been assigned already; loading another
-            checkpoint assigns them all again.
+        CheckpointError: a file of the checkpoint is missing or damaged,
+            holds other variables than ``model``'s, or (``finite``) NaN or
+            infinite weights. Some of ``model``'s variables may have been
+            assigned already; loading another checkpoint assigns them all
+            again.
     """
     state = read_state(path)  # the cheap check first
     optimizer = getattr(model, "optimizer", None)
@@ -173,10 +251,27 @@ def load_checkpoint(model, path):
         model.load_weights(os.path.join(path, WEIGHTS_FILE))
     except _LOAD_ERRORS as error:
         raise CheckpointError(path, _why(WEIGHTS_FILE, error)) from None
+    if finite and not weights_are_finite(model):
+        raise CheckpointError(path, _NOT_FINITE)
     return state
 
 
-def load_latest(model, directory, on_skip=None):
+_NOT_FINITE = f"{WEIGHTS_FILE} holds weights that are not finite (NaN or inf)"
+
+
+def weights_are_finite(model, values=None):
+    """Whether every float weight of ``model`` (or ``values``, its weights
+    as arrays) is finite."""
+    if values is None:
+        values = [keras.ops.convert_to_numpy(w) for w in model.weights]
+    return all(
+        np.isfinite(v).all()
+        for v in values
+        if np.issubdtype(np.asarray(v).dtype, np.floating)
+    )
+
+
+def load_latest(model, directory, on_skip=None, finite=False):
     """Restore the newest checkpoint under ``directory`` that loads.
 
     Args:
@@ -184,6 +279,7 @@ def load_latest(model, directory, on_skip=None):
         directory: the checkpoints folder; need not exist.
         on_skip: optional callable, given the ``CheckpointError`` of each
             newer checkpoint that did not load.
+        finite: skip checkpoints whose weights are not all finite.
 
     Returns:
         ``(path, state)`` of the checkpoint restored, or ``(None, None)`` when
@@ -192,7 +288,7 @@ def load_latest(model, directory, on_skip=None):
     """
     for path in reversed(list_checkpoints(directory)):
         try:
-            return path, load_checkpoint(model, path)
+            return path, load_checkpoint(model, path, finite)
         except CheckpointError as error:
             if on_skip is not None:
                 on_skip(error)
@@ -205,7 +301,8 @@ def average_checkpoints(model, paths, on_skip=None):
     The mean is taken in float64 per variable over the model weights only
     (not the optimizer's moments); integer variables, if any, are taken from
     the last checkpoint. ``model``'s optimizer state is left as in the last
-    checkpoint.
+    checkpoint. A checkpoint with weights that are not finite counts as one
+    that does not load: nothing non-finite is averaged in.
 
     Args:
         model: a built ``keras.Model`` of the same architecture as the
@@ -237,9 +334,15 @@ def average_checkpoints(model, paths, on_skip=None):
             on_skip(error)
             loaded = None
             continue
+        values = [np.asarray(keras.ops.convert_to_numpy(w)) for w in model.weights]
+        if not weights_are_finite(model, values):
+            if on_skip is None:
+                raise CheckpointError(path, _NOT_FINITE)
+            on_skip(CheckpointError(path, _NOT_FINITE))
+            loaded = None
+            continue
         loaded = path
         used.append(path)
-        values = [np.asarray(keras.ops.convert_to_numpy(w)) for w in model.weights]
         if sums is None:
             sums = [v.astype("float64") for v in values]
         else:
@@ -272,8 +375,12 @@ def foreign_files(directory):
     Returns:
         sorted list of paths relative to ``directory``, with ``/``.
     """
-    # step-N, and .tmp-step-N / .tmp-old-step-N of a save that was killed.
-    pattern = f"({re.escape(_TMP_PREFIX)}(old-)?)?{re.escape(_PREFIX)}[0-9]+"
+    # step-N, and the temporary folder of a save that was killed:
+    # .tmp-<pid>-<tag>-[old-]step-N (.tmp-[old-]step-N from older versions).
+    pattern = (
+        f"({re.escape(_TMP_PREFIX)}([0-9]+-[0-9a-f]+-)?(old-)?)?"
+        f"{re.escape(_PREFIX)}[0-9]+"
+    )
     found = []
     for name in sorted(os.listdir(directory)):
         path = os.path.join(directory, name)
@@ -299,78 +406,3 @@ def _why(file, error):
     if len(text) > 300:
         text = text[:300] + "..."
     return f"{file} does not load ({type(error).__name__}: {text})"
-
-
-def temporary_target(name):
-    """The file that ``name`` was to become, if ``name`` is the temporary file
-    of a ``write_atomic`` or ``save_model_atomic`` (left by a kill); else None.
-    """
-    match = re.fullmatch(r"\.(.+)\.[0-9a-f]{8}\.tmp", name)
-    if match:
-        return match.group(1)
-    if name.endswith(_PARTIAL) and len(name) > len(_PARTIAL):
-        return name[: -len(_PARTIAL)] + ".keras"
-    return None
-
-
-def write_atomic(path, data):
-    """Write ``data`` (str as UTF-8, or bytes) so that readers see all or nothing.
-
-    The data goes to a temporary file in the same folder (created if
-    missing), which then replaces ``path`` in one ``os.replace``; on failure
-    the temporary file is removed and ``path`` is as it was.
-    """
-    path = os.path.abspath(path)
-    directory = os.path.dirname(path)
-    os.makedirs(directory, exist_ok=True)
-    if isinstance(data, str):
-        data = data.encode("utf-8")
-    temp = os.path.join(
-        directory, f".{os.path.basename(path)}.{uuid.uuid4().hex[:8]}.tmp"
-    )
-    # os.open with 0o666 gives the permissions open() would (less the
-    # umask); tempfile.mkstemp's 0o600 would survive the rename.
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-    try:
-        with open(fd, "wb") as file:
-            file.write(data)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temp, path)
-    except BaseException:
-        if os.path.exists(temp):
-            os.unlink(temp)
-        raise
-
-
-def write_json_atomic(path, data):
-    """Write ``data`` as indented JSON to ``path`` with ``write_atomic``."""
-    write_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
-
-
-def save_model_atomic(model, path):
-    """``model.save(path)`` through a temporary ``.keras`` file and a rename.
-
-    A reader never sees a half-written file at ``path``: it holds either the
-    previous model or the new one.
-    """
-    path = os.fspath(path)
-    if not path.endswith(".keras"):
-        raise ValueError(f"The path must end with .keras. Received: {path!r}")
-    tmp = path[: -len(".keras")] + _PARTIAL
-    model.save(tmp)
-    os.replace(tmp, path)
-    _fsync_dir(os.path.dirname(os.path.abspath(path)))
-
-
-def _fsync_dir(path):
-    # Makes the renames durable on POSIX; directories cannot be opened on
-    # Windows, where there is nothing to do.
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

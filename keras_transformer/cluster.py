@@ -129,6 +129,17 @@ def broadcast_flag(flag):
     return bool(multihost_utils.broadcast_one_to_all(np.array(bool(flag), "int32")))
 
 
+def largest(value):
+    """The largest of every process's ``value`` (an int), on every process:
+    one small collective (an "any" for flags)."""
+    if process_count() == 1:
+        return int(value)
+    from jax.experimental import multihost_utils
+
+    gathered = multihost_utils.process_allgather(np.array(int(value), "int32"))
+    return int(np.max(gathered))
+
+
 @contextlib.contextmanager
 def without_distribution():
     """No Keras distribution inside (the one before is put back after).

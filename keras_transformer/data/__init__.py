@@ -10,6 +10,7 @@ from keras_transformer.data.batching import (
 )
 from keras_transformer.data.corpus import (
     CorpusError,
+    CorpusWarning,
     iter_lines,
     iter_parallel,
     read_lines,
@@ -55,6 +56,7 @@ __all__ = [
     "WHOLE_WORDS",
     "BucketedDataset",
     "CorpusError",
+    "CorpusWarning",
     "CorpusFiles",
     "IdStore",
     "build_id_store",

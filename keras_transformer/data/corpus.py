@@ -6,15 +6,28 @@ their first two bytes, whatever their name). Every problem is a
 ``CorpusError`` whose message starts with ``path:line:`` (or ``path:`` when no
 single line is to blame), like a compiler's, so that it can be found at once.
 
+Encodings are explicit: text is UTF-8; a byte-order mark at the start of a
+file is removed, with one ``CorpusWarning`` naming the file; a file of one
+line with carriage returns inside it (old Mac text ends its lines with
+``\\r`` alone) is a ``CorpusError`` naming the file. The same rule holds for
+every file read here: training data, evaluation sources and references.
+
 Only the standard library is used here: reading text needs neither Keras nor
 a tokenizer.
 """
 
 import gzip
 import os
+import warnings
 import zlib
 
 _GZIP_MAGIC = b"\x1f\x8b"
+_BOM = b"\xef\xbb\xbf"
+
+
+class CorpusWarning(UserWarning):
+    """Something in a corpus file that was fixed on the way in (a UTF-8
+    byte-order mark); the message names the file."""
 
 
 class CorpusError(ValueError):
@@ -103,7 +116,14 @@ def iter_lines(path):
 def _read_stream(path, stream, compressed):
     count = 0
     try:
-        for number, data in enumerate(stream, 1):
+        for number, data in _old_mac_checked(path, enumerate(stream, 1)):
+            if number == 1 and data.startswith(_BOM):
+                data = data[len(_BOM) :]
+                warnings.warn(
+                    f"{path}: starts with a UTF-8 byte-order mark; removed",
+                    CorpusWarning,
+                    stacklevel=2,
+                )
             yield _decode_line(path, number, data)
             count = number
     except (OSError, EOFError, zlib.error) as error:
@@ -115,6 +135,27 @@ def _read_stream(path, stream, compressed):
         ) from None
     if not count:
         raise CorpusError(path, None, "empty file (0 lines)")
+
+
+def _old_mac_checked(path, numbered):
+    """``numbered`` as it is, unless its only line holds carriage returns: a
+    file whose lines end with ``\\r`` alone reads as one line."""
+    first = next(numbered, None)
+    if first is None:
+        return
+    second = next(numbered, None)
+    if second is None and b"\r" in first[1].rstrip(b"\r\n"):
+        raise CorpusError(
+            path,
+            1,
+            "one line with carriage returns (\\r) inside it: the lines end "
+            "with \\r alone (old Mac text); convert them to \\n (e.g. "
+            "tr '\\r' '\\n')",
+        )
+    yield first
+    if second is not None:
+        yield second
+        yield from numbered
 
 
 def _decode_line(path, number, data):
