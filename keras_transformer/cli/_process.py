@@ -8,8 +8,10 @@ import contextlib
 import importlib.util
 import os
 import sys
+import warnings
 
 from keras_transformer.allocator import keep_freed_memory
+from keras_transformer.data.corpus import CorpusWarning
 
 
 def prepare_process(verbose=False):
@@ -21,10 +23,25 @@ def prepare_process(verbose=False):
     on JAX and PyTorch happens later, with the tokenizer (a level the user
     set wins). Freed memory is kept in the process (``allocator``): a
     training step on the CPU then stops page-faulting its big arrays in again.
+    Warnings about the user's files print as one line.
     """
     if not verbose:
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     keep_freed_memory()
+    if not getattr(warnings.formatwarning, "one_line", False):
+        warnings.formatwarning = _one_line(warnings.formatwarning)
+
+
+def _one_line(default):
+    """Warnings about the user's files as one line each, like the errors."""
+
+    def format_warning(message, category, filename, lineno, line=None):
+        if issubclass(category, CorpusWarning):
+            return f"warning: {message}\n"
+        return default(message, category, filename, lineno, line)
+
+    format_warning.one_line = True
+    return format_warning
 
 
 @contextlib.contextmanager

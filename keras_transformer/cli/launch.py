@@ -16,9 +16,13 @@ for trying it on a CPU.
 
 The exit status is 0 when every process exits 0; otherwise the first
 failure's, after the other processes are stopped (a process whose partner
-died would wait for it). Ctrl-C stops them all; the same command resumes
-from the last checkpoint. On several hosts, run ``kt-train --data-parallel``
-once on each with those three variables set by hand (see the README).
+died would wait for it). SIGTERM or Ctrl-C (SIGINT) stops them together at
+the end of a batch, process 0 writing a checkpoint that the same command
+resumes from; a second one stops them at once. The launcher passes a signal
+on as SIGUSR1, a stop request that a process also hit by the signal itself
+(a terminal's Ctrl-C reaches the whole process group) does not count twice.
+On several hosts, run ``kt-train --data-parallel`` once on each with those
+three variables set by hand (see the README).
 """
 
 import argparse
@@ -107,17 +111,32 @@ def main(argv=None):
         )
         for i in range(args.processes)
     ]
+    received = []
+
+    def forward(number, frame):
+        received.append(number)
+        for process in processes:
+            if process.poll() is None:
+                if len(received) == 1:
+                    process.send_signal(signal.SIGUSR1)  # stop after the batch
+                else:
+                    process.kill()
+
+    previous = {n: signal.signal(n, forward) for n in (signal.SIGTERM, signal.SIGINT)}
     try:
-        return _wait(processes)
-    except KeyboardInterrupt:
-        _stop(processes, signal.SIGINT)
-        return 130
+        return _wait(processes, received)
     finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
         _stop(processes, signal.SIGTERM)
 
 
-def _wait(processes):
+def _wait(processes, received=()):
     while True:
+        if received:  # passed on: each process stops after its checkpoint
+            for process in processes:
+                process.wait()
+            return 128 + received[0]
         codes = [p.poll() for p in processes]
         failed = [(i, c) for i, c in enumerate(codes) if c not in (None, 0)]
         if failed:

@@ -13,7 +13,10 @@ one sentence per line)::
 The options are the fields of ``keras_transformer.trainer.TrainConfig``;
 this command parses them into one, and ``keras_transformer.trainer.train``
 does the rest (docs/training.md describes the run folder, resuming and every
-option). Bad settings, data or ``--out``: exit status 2 and one line.
+option). Bad settings, data or ``--out`` (or another run on it): exit status
+2 and one line. A run that diverges or finds the disk full stops with exit
+status 1, and one stopped by SIGTERM or SIGINT with 143 or 130, after one
+line that says what was kept.
 """
 
 import argparse
@@ -24,7 +27,7 @@ import sys
 from keras_transformer import data as ktd
 from keras_transformer.cli._arguments import add_search_arguments, non_negative_float
 from keras_transformer.cli._process import prepare_process, start_tensorflow
-from keras_transformer.trainer import TrainConfig, UsageError, train
+from keras_transformer.trainer import RunStopped, TrainConfig, UsageError, train
 from keras_transformer.trainer.run_folder import CHECKPOINTS_DIR
 from keras_transformer.trainer.tasks import NumbersTask, ParallelCorpusTask
 
@@ -216,6 +219,9 @@ def main(argv=None):
     except UsageError as error:
         print(f"kt-train: error: {error.text(option)}", file=sys.stderr)
         raise SystemExit(2) from None
+    except RunStopped as error:  # diverged, a full disk, a signal
+        print(f"kt-train: {error.text(option)}", file=sys.stderr)
+        raise SystemExit(error.exit_status) from None
     except KeyboardInterrupt:
         print(
             "\ninterrupted: run the same command again to continue (from the last "

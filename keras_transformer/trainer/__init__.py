@@ -18,13 +18,24 @@ same steps with the public API alone.
 """
 
 from keras_transformer.trainer.config import TrainConfig
-from keras_transformer.trainer.errors import ConfigError, UsageError
+from keras_transformer.trainer.errors import (
+    ConfigError,
+    DiskFull,
+    Diverged,
+    Preempted,
+    RunStopped,
+    UsageError,
+)
 from keras_transformer.trainer.run import train
 from keras_transformer.trainer.run_folder import RunFolder
 from keras_transformer.trainer.tasks import NumbersTask, ParallelCorpusTask
 
 __all__ = [
     "ConfigError",
+    "DiskFull",
+    "Diverged",
+    "Preempted",
+    "RunStopped",
     "NumbersTask",
     "ParallelCorpusTask",
     "RunFolder",

@@ -7,13 +7,19 @@ checkpoints (§6.1).
 """
 
 import dataclasses
+import signal
 import sys
 
 import keras
 
 import keras_transformer as kt
 from keras_transformer import checkpoints, cluster
-from keras_transformer.callbacks import Checkpointer, ProgressLog, TimeBudget
+from keras_transformer.callbacks import (
+    Checkpointer,
+    ProgressLog,
+    StopOnSignal,
+    TimeBudget,
+)
 from keras_transformer.trainer.errors import UsageError
 from keras_transformer.trainer.parallel import log
 from keras_transformer.trainer.run_folder import CHECKPOINTS_DIR, LOGS_DIR
@@ -63,7 +69,9 @@ def describe(config, model_config, model):
 def resume_state(model, folder):
     """Load the newest checkpoint that loads; its state, or None if there is
     none. A damaged checkpoint is skipped (and left as it is)."""
-    latest, state = checkpoints.load_latest(model, folder.checkpoints, _skipping)
+    latest, state = checkpoints.load_latest(
+        model, folder.checkpoints, _skipping, finite=True
+    )
     if latest is not None:
         log(
             f"resuming from {latest}: epoch {state['epoch'] + 1}, "
@@ -80,9 +88,21 @@ def resume_state(model, folder):
     return None
 
 
+@dataclasses.dataclass
+class Outcome:
+    """How ``fit`` ended: the seconds trained in all, and, if training
+    stopped early, where it diverged or the signal that stopped it."""
+
+    seconds: float
+    diverged: dict | None = None
+    signal: int | None = None
+    checkpoint: str | None = None  # the newest checkpoint written
+
+
 def fit(config, folder, model, dataset, val_dataset, state):
     """Train until ``epochs`` or ``max_minutes``, from ``state`` (a
-    checkpoint's, or None); returns the seconds trained in all."""
+    checkpoint's, or None), or until the run diverges or a signal asks it to
+    stop (a checkpoint written first); returns an ``Outcome``."""
     state = state or {"epoch": 0, "batch": 0, "elapsed_seconds": 0.0}
     chief, several = cluster.is_chief(), cluster.process_count() > 1
     budget = TimeBudget(
@@ -98,7 +118,9 @@ def fit(config, folder, model, dataset, val_dataset, state):
         budget=budget,
         write=chief,
     )
-    callbacks = [budget, checkpointer]
+    # Every process stops at the batch in which any of them got a signal.
+    stop = StopOnSignal(agree=cluster.largest if several else None)
+    callbacks = [budget, keras.callbacks.TerminateOnNaN(), stop, checkpointer]
     verbose = config.verbose
     verbose = (1 if sys.stdout.isatty() else 2) if verbose == "auto" else int(verbose)
     # Not on a terminal Keras prints one line per epoch: lines in between.
@@ -116,29 +138,42 @@ def fit(config, folder, model, dataset, val_dataset, state):
     # One fit() per epoch, each on that epoch's fixed order of batches: a
     # resumed epoch then serves exactly the batches not trained yet.
     epoch, skip = state["epoch"], state["batch"]
-    while epoch < config.epochs and not budget.exhausted:
-        checkpointer.first_batch = skip
-        view = dataset.epoch_view(epoch, skip=skip)
-        lines.tokens = view.target_tokens
-        model.fit(
-            view,
-            validation_data=val_dataset,
-            initial_epoch=epoch,
-            epochs=epoch + 1,
-            callbacks=callbacks,
-            verbose=verbose,
-            shuffle=False,
-        )
-        epoch, skip = checkpointer.last_state["epoch"], checkpointer.last_state["batch"]
-    reason = "time budget" if budget.exhausted else f"{config.epochs} epochs"
+    with stop.handling():
+        while epoch < config.epochs and not budget.exhausted:
+            checkpointer.first_batch = skip
+            view = dataset.epoch_view(epoch, skip=skip)
+            lines.tokens = view.target_tokens
+            model.fit(
+                view,
+                validation_data=val_dataset,
+                initial_epoch=epoch,
+                epochs=epoch + 1,
+                callbacks=callbacks,
+                verbose=verbose,
+                shuffle=False,
+            )
+            if checkpointer.diverged or stop.signal:
+                break
+            last = checkpointer.last_state
+            epoch, skip = last["epoch"], last["batch"]
+    outcome = Outcome(
+        budget.elapsed, checkpointer.diverged, stop.signal, checkpointer.last_path
+    )
+    if outcome.diverged:
+        reason = f"diverged: {outcome.diverged['reason']}"
+    elif outcome.signal:
+        reason = signal.Signals(outcome.signal).name
+    else:
+        reason = "time budget" if budget.exhausted else f"{config.epochs} epochs"
     log(f"trained {budget.elapsed:.0f} s ({reason}), {steps(model)} steps")
-    return budget.elapsed
+    return outcome
 
 
 def average(config, model, folder):
     """The mean of the last ``average_last`` checkpoints' weights (§6.1),
     up to this step: later ones (that did not load when resuming) are not of
-    this training."""
+    this training. Checkpoints that do not load, or hold weights that are not
+    finite, are left out (and named). Returns the checkpoints averaged."""
     paths = checkpoints.list_checkpoints(folder.checkpoints, up_to=steps(model))
     paths = paths[-config.average_last :]
     skipped = []
@@ -153,6 +188,7 @@ def average(config, model, folder):
         raise UsageError(str(error)) from None
     used = f"{len(paths) - len(skipped)} of " if skipped else ""
     log(f"averaged {used}the last {len(paths)} checkpoints")
+    return [p for p in paths if p not in {e.path for e in skipped}]
 
 
 def steps(model):

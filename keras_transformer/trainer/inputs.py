@@ -10,12 +10,14 @@ tokenised once into a memory-mapped id store in the run folder.
 import base64
 import os
 import re
+import shutil
 import time
 
 import numpy as np
 
 from keras_transformer import cluster
 from keras_transformer import data as ktd
+from keras_transformer.atomic import DiskFullError, is_disk_full
 from keras_transformer.data.batching import TRAINING_BUCKETS, bucket_boundaries
 from keras_transformer.trainer.config import batch_tokens_error
 from keras_transformer.trainer.errors import UsageError
@@ -188,6 +190,11 @@ def _id_store(config, files, proto, folder):
                 )
             except ktd.CorpusError as error:
                 raise UsageError(str(error)) from None
+            except OSError as error:
+                if not is_disk_full(error):
+                    raise
+                shutil.rmtree(path + ".partial", ignore_errors=True)
+                raise DiskFullError("id store", path) from error
             log(
                 f"id store: {len(store):,} pairs tokenised into {path} "
                 f"({time.monotonic() - start:.0f} s)"

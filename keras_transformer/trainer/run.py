@@ -7,15 +7,25 @@ mean of the last checkpoints; the translator, saved; its report. Everything
 that can fail on bad input or settings comes before the first write, so that
 the corrected command starts from a clean folder. A run interrupted at any
 point (``kill -9`` included) continues where it was when run again.
+
+What a real run meets ends in an error that says what was kept
+(``errors.py``): another run on the same folder (the folder's lock), a loss
+or weights that stop being finite (the last finite checkpoints make the
+translator, if any), a full disk (partial files removed), a scheduler's
+SIGTERM (a checkpoint at the end of the batch).
 """
 
 import contextlib
+import os
+import signal
 
 import keras
 
 import keras_transformer as kt
-from keras_transformer import cluster
+from keras_transformer import checkpoints, cluster
+from keras_transformer.atomic import DiskFullError
 from keras_transformer.trainer import fitting, inputs
+from keras_transformer.trainer.errors import DiskFull, Diverged, Preempted
 from keras_transformer.trainer.parallel import agreed, log, set_up
 from keras_transformer.trainer.report import report
 from keras_transformer.trainer.run_folder import RESULTS_FILE, RunFolder
@@ -38,21 +48,31 @@ def train(config):
     task = make_task(config)
     data = task.load()
     setup, replicas, shard = set_up(config)
+    folder = RunFolder(config.out)
     try:
-        folder = RunFolder(config.out)
-        trained = _train(config, task, data, folder, setup, replicas, shard)
+        try:
+            trained = _train(config, task, data, folder, setup, replicas, shard)
+        finally:
+            if setup is not None:  # put back the global distribution
+                setup.close()
+        if trained is None:
+            return None  # the rest is process 0's alone
+        return report(config, task, data, folder, trained)
+    except DiskFullError as error:
+        raise DiskFull(_disk_full(error, folder)) from None
     finally:
-        if setup is not None:  # put back the global distribution
-            setup.close()
-    if trained is None:
-        return None  # the rest is process 0's alone
-    return report(config, task, data, folder, trained)
+        folder.release()
 
 
 def _train(config, task, data, folder, setup, replicas, shard):
     """The seconds trained (process 0), after saving the translator."""
     chief = cluster.is_chief()
-    previous = agreed(lambda: folder.check(config.settings(), config.overwrite))
+
+    def verdict():  # process 0 holds the folder for the whole run
+        folder.acquire()
+        return folder.check(config.settings(), config.overwrite)
+
+    previous = agreed(verdict)
     if previous is not None and previous["status"] != "running":
         log(
             f"{folder.path} holds a trained model without its report "
@@ -97,18 +117,78 @@ def _train(config, task, data, folder, setup, replicas, shard):
     # Every process loads the checkpoint (from the folder they share): a
     # variable's value is set on all processes' devices at once.
     state = fitting.resume_state(model, folder) if resuming else None
-    trained = fitting.fit(config, folder, model, dataset, val_dataset, state)
+    outcome = fitting.fit(config, folder, model, dataset, val_dataset, state)
+    if outcome.signal:
+        raise _preempted(outcome, folder)
     if not chief:
+        if outcome.diverged:
+            raise Diverged(f"training diverged ({outcome.diverged['reason']})")
         return None
     if cluster.process_count() > 1:
         setup.close()  # what follows runs on this process's devices
         model = fitting.single_process_copy(config, model_config, model)
+    if outcome.diverged:
+        raise _diverged(config, outcome, model, tokenizer, folder)
     if config.average_last > 1:
         fitting.average(config, model, folder)
+    if not checkpoints.weights_are_finite(model):
+        folder.mark_stopped("diverged", "the final weights are not finite")
+        raise Diverged(
+            f"the final weights are not finite: no {folder.translator} written"
+        )
     translator = Translator(tokenizer, inference_copy(model))
-    folder.save_translator(translator, trained)
+    folder.save_translator(translator, outcome.seconds)
     log(f"saved {folder.translator}")
-    return trained
+    return outcome.seconds
+
+
+def _preempted(outcome, folder):
+    name = signal.Signals(outcome.signal).name
+    where = outcome.checkpoint or "no checkpoint (this process does not write)"
+    if cluster.is_chief():
+        folder.note_stop(f"{name}: checkpoint {where}")
+    return Preempted(
+        f"stopped by {name}; the checkpoint {where} holds the training so far: "
+        "run the same command again to resume from it",
+        outcome.signal,
+    )
+
+
+def _diverged(config, outcome, model, tokenizer, folder):
+    """Save the mean of the last finite checkpoints (all are: none is written
+    once the run diverges), or nothing; record why; the error to raise."""
+    where = outcome.diverged
+    what = (
+        f"training diverged at step {where['iterations']} (epoch "
+        f"{where['epoch'] + 1}, batch {where['batch']}): {where['reason']}"
+    )
+    log(what)
+    up_to = where["iterations"]
+    kept = checkpoints.list_checkpoints(folder.checkpoints, up_to=up_to)
+    used = fitting.average(config, model, folder) if kept else []
+    if used and checkpoints.weights_are_finite(model):
+        translator = Translator(tokenizer, inference_copy(model))
+        folder.save_translator(translator, outcome.seconds)
+        last = os.path.basename(used[-1])
+        if len(used) == 1:
+            saved = f"{folder.translator} holds the last finite checkpoint, {last}"
+        else:
+            saved = (
+                f"{folder.translator} holds the mean of the last {len(used)} "
+                f"finite checkpoints, to {last}"
+            )
+    else:
+        saved = f"no finite checkpoint: no {folder.translator} written"
+    folder.mark_stopped("diverged", what)
+    return Diverged(f"{what}; {saved}. Lower `lr_scale` or raise `warmup_steps`")
+
+
+def _disk_full(error, folder):
+    """The message for a full disk: what, where, the room left, and the last
+    checkpoint that is intact."""
+    intact = checkpoints.list_checkpoints(folder.checkpoints)
+    kept = f"the checkpoint {intact[-1]} is intact" if intact else "no checkpoint yet"
+    return f"{error}; {kept}. Free some space and run the same command again to resume"
 
 
 def _log_weights_per_device(model):

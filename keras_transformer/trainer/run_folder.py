@@ -4,7 +4,9 @@ Everything a run writes goes to one folder:
 
 - ``run.json``: the settings, the backend, the status (``running`` until
   ``translator.keras`` is saved, ``trained`` until ``results.json`` is
-  written, then ``finished``) and the entries runs created there;
+  written, then ``finished``; ``diverged`` for a run whose loss or weights
+  stopped being finite), why it stopped, if it stopped early, and the
+  entries runs created there;
 - ``tokenizer.model``, ``checkpoints/`` (resumable, written atomically),
   ``logs/`` (TensorBoard), ``ids/`` (a corpus tokenised on disk),
   ``translator.keras`` and ``results.json``.
@@ -15,14 +17,20 @@ not a run's are refused. ``overwrite`` clears a folder only if runs wrote
 everything in it: ``run.json`` lists each entry before the entry is created,
 so a kill in between leaves at worst a name listed that was never created.
 Every file is written atomically (a temporary file, then a rename).
+
+One run writes a folder at a time: ``acquire`` takes its lock (``lock.py``)
+for the whole run, and a second run is refused, naming the holder. Holding
+it, a run knows every temporary file left there is stale, and removes them.
 """
 
+import contextlib
 import json
 import os
 import shutil
 
 from keras_transformer import checkpoints
 from keras_transformer.trainer.errors import UsageError
+from keras_transformer.trainer.lock import FolderInUse, FolderLock
 
 RUN_FILE = "run.json"
 TOKENIZER_FILE = "tokenizer.model"
@@ -31,7 +39,7 @@ RESULTS_FILE = "results.json"
 CHECKPOINTS_DIR = "checkpoints"
 LOGS_DIR = "logs"
 IDS_DIR = "ids"
-STATUSES = ("running", "trained", "finished")
+STATUSES = ("running", "trained", "finished", "diverged")
 _FOLDERS = (CHECKPOINTS_DIR, LOGS_DIR)
 
 
@@ -45,6 +53,21 @@ class RunFolder:
     def __init__(self, path):
         self.path = os.fspath(path)
         self.run = None
+        self._lock = FolderLock(self.path)
+
+    def acquire(self):
+        """Hold the folder for this process until ``release``; ``UsageError``
+        naming the process that holds it already."""
+        try:
+            self._lock.acquire()
+        except FolderInUse as error:
+            raise UsageError(
+                f"`out` {error}: one run writes a folder at a time. Wait for it "
+                "to end, or stop it (it resumes from its last checkpoint)."
+            ) from None
+
+    def release(self):
+        self._lock.release()
 
     def __repr__(self):
         return f"RunFolder({self.path!r})"
@@ -106,6 +129,12 @@ class RunFolder:
                 "choose an empty or new folder."
             )
         reported = os.path.exists(self.file(RESULTS_FILE))
+        if run["status"] == "diverged":
+            raise UsageError(
+                f"`out` {out} holds a run that diverged ({run.get('stopped')}); "
+                "pass `overwrite` to train again from scratch, with other "
+                "settings (a lower `lr_scale`, more `warmup_steps`)."
+            )
         if run["status"] == "finished" and reported:
             raise UsageError(
                 f"`out` {out} holds a finished run ({TRANSLATOR_FILE}). Pass "
@@ -178,6 +207,7 @@ class RunFolder:
         if overwrite and os.path.isdir(self.path):
             self.clear()
         os.makedirs(self.path, exist_ok=True)
+        self._remove_stale_temporaries()
         self.run = {
             "status": "running",
             "settings": settings,
@@ -185,6 +215,17 @@ class RunFolder:
             "created": previous.get("created", []) if previous else [],
         }
         self._write_run()
+
+    def _remove_stale_temporaries(self):
+        """The temporary files and folders of writes that did not finish (a
+        kill, a full disk): stale, since this run holds the folder."""
+        if not self._lock.held:
+            return
+        for name in os.listdir(self.path):
+            if checkpoints.temporary_target(name) is not None:
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(self.file(name))
+        checkpoints.remove_temporaries(self.checkpoints)
 
     def will_create(self, *names):
         """List ``names`` (entries of the folder) in ``run.json`` as created
@@ -196,14 +237,26 @@ class RunFolder:
 
     def write_tokenizer(self, proto):
         self.will_create(TOKENIZER_FILE)
-        checkpoints.write_atomic(self.file(TOKENIZER_FILE), proto)
+        checkpoints.write_atomic(self.file(TOKENIZER_FILE), proto, "tokenizer")
 
     def save_translator(self, translator, trained_seconds):
         """``translator.keras``, written atomically; status ``trained``."""
         self.will_create(TRANSLATOR_FILE)
-        checkpoints.save_model_atomic(translator, self.translator)
+        checkpoints.save_model_atomic(translator, self.translator, "translator")
         self.run["status"] = "trained"
         self.run["trained_seconds"] = round(trained_seconds, 1)
+        self._write_run()
+
+    def mark_stopped(self, status, reason):
+        """Record in ``run.json`` that the run stopped, and why."""
+        self.run["status"] = status
+        self.run["stopped"] = reason
+        self._write_run()
+
+    def note_stop(self, reason):
+        """Record why the run stopped early, its status left as it is (a
+        preempted run resumes)."""
+        self.run["stopped"] = reason
         self._write_run()
 
     def finish(self, results):
@@ -211,7 +264,7 @@ class RunFolder:
         this point writes its report when it is run again."""
         self.run = self.read()
         self.will_create(RESULTS_FILE)
-        checkpoints.write_json_atomic(self.file(RESULTS_FILE), results)
+        checkpoints.write_json_atomic(self.file(RESULTS_FILE), results, "results")
         self.run["status"] = "finished"
         self._write_run()
 
@@ -233,7 +286,7 @@ class RunFolder:
                 os.remove(path)
 
     def _write_run(self):
-        checkpoints.write_json_atomic(self.file(RUN_FILE), self.run)
+        checkpoints.write_json_atomic(self.file(RUN_FILE), self.run, "run record")
 
 
 def _foreign_logs(path):
