@@ -1,6 +1,6 @@
-"""Shared fixtures and the suite's three markers.
+"""Shared fixtures and the suite's four markers.
 
-The suite runs once per backend (KERAS_BACKEND). Three markers shape a run:
+The suite runs once per backend (KERAS_BACKEND). Four markers shape a run:
 
 * ``once``: the test's outcome cannot depend on the backend (corpus reading,
   the number task, argument checking, notebooks' files), or it is a
@@ -13,6 +13,9 @@ The suite runs once per backend (KERAS_BACKEND). Three markers shape a run:
   ``KT_SUITE_BACKENDS``, runs every test.
 * ``slow``: left out of the quick loop (``tests/run_all.sh --quick``, which is
   ``-m "not slow"``).
+* ``backends(backend, ...)``: collected in those backends' runs only (the
+  fault tests of whole training runs: JAX's and TensorFlow's trainers are
+  the ones with their own paths).
 * ``early(backend, ...)``: a long test that the named backends' runs start
   with. The backends run side by side on two cores; a minutes-long test last
   in a run would run alone on one core while the other idles.
@@ -48,6 +51,9 @@ def pytest_configure(config):
     config.addinivalue_line(
         "markers", "early(*backends): run first in these backends' runs"
     )
+    config.addinivalue_line(
+        "markers", "backends(*backends): run in these backends' runs only"
+    )
 
 
 def _suite_backends():
@@ -64,6 +70,10 @@ def once_home(marker, suite):
 
 def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: not _starts_early(item))  # stable: order kept
+    elsewhere = [item for item in items if not _runs_here(item)]
+    if elsewhere:
+        config.hook.pytest_deselected(items=elsewhere)
+        items[:] = [item for item in items if _runs_here(item)]
     suite = _suite_backends()
     if not suite:
         return
@@ -79,6 +89,11 @@ def pytest_collection_modifyitems(config, items):
         items[:] = keep
 
 
+def _runs_here(item):
+    marker = item.get_closest_marker("backends")
+    return marker is None or BACKEND in marker.args
+
+
 def _starts_early(item):
     marker = item.get_closest_marker("early")
     return marker is not None and BACKEND in marker.args
@@ -87,7 +102,8 @@ def _starts_early(item):
 # Where the TensorFlow and JAX runs record coverage: the test files (or
 # `file::test`) whose tests reach lines and branches that the PyTorch run does
 # not (backend.py's, distribute.py's and _fault_safe.py's branches for those
-# backends, the TensorFlow graph checks in model.py). Chosen from the list
+# backends, the TensorFlow graph checks in _inputs.py; test_run_faults.py,
+# which runs on these two only, for the trainer's fault paths). Chosen from the list
 # that tests/backend_coverage.py prints for a run with test contexts,
 # preferring the files that take least time and single tests where a file is
 # slow, so that together they reach every such arc; the tool's own greedy
@@ -101,6 +117,7 @@ PER_BACKEND_COVERAGE = {
         "test_translator_faults.py",
         "test_faults_model.py::test_bad_streamed_targets_never_give_a_loss",
         "test_faults_model.py::test_loss_that_fails_while_tracing_keeps_weights",
+        "test_run_faults.py",
         "test_model.py::test_compiled_training_under_mixed_bfloat16",
     ),
     "jax": (
@@ -110,6 +127,7 @@ PER_BACKEND_COVERAGE = {
         "test_embedding.py",
         "test_faults_model.py",
         "test_losses.py",
+        "test_run_faults.py",
         "test_seeds.py",
         "test_train.py",
     ),

@@ -94,7 +94,14 @@ def test_interrupted_writes_are_ignored_and_cleaned(tmp_path):
     found = checkpoints.list_checkpoints(tmp_path)
     assert [os.path.basename(p) for p in found] == ["step-000000003"]
     checkpoints.save_checkpoint(model, tmp_path, {"iterations": 5})
+    # Another writer's temporary is not a save's to remove (it may be
+    # writing); the folder's only writer (kt-train, holding the folder's
+    # lock) knows every one is stale and removes them.
+    assert (tmp_path / ".tmp-step-000000004").exists()
+    assert not [n for n in os.listdir(tmp_path) if n.startswith(".tmp-") and "5" in n]
+    checkpoints.remove_temporaries(tmp_path)
     assert not (tmp_path / ".tmp-step-000000004").exists()
+    assert len(checkpoints.list_checkpoints(tmp_path)) == 2
 
 
 @pytest.mark.once

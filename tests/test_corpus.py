@@ -95,7 +95,7 @@ def test_standard_library_only():
             imported |= {alias.name.split(".")[0] for alias in node.names}
         elif isinstance(node, ast.ImportFrom):
             imported.add(node.module.split(".")[0])
-    assert imported <= {"gzip", "os", "zlib"}, imported
+    assert imported <= {"gzip", "os", "warnings", "zlib"}, imported
 
 
 def test_real_multi30k_corpus():
@@ -279,3 +279,39 @@ def test_split_path_errors(tmp_path):
     with pytest.raises(CorpusError) as info:
         split_path(tmp_path, "val", "de")
     check(info.value, tmp_path, None, "ambiguous", str(plain), str(packed))
+
+
+# -- encodings -----------------------------------------------------------------
+
+
+def test_a_byte_order_mark_is_removed_and_said_once(tmp_path):
+    path = write(tmp_path / "bom.de", b"\xef\xbb\xbfein Hund\nzwei Katzen\n")
+    packed = write(tmp_path / "bom.en.gz", gzip.compress(b"\xef\xbb\xbfa dog\ntwo\n"))
+    with pytest.warns(corpus.CorpusWarning) as said:
+        assert read_lines(path) == ["ein Hund", "zwei Katzen"]
+        assert read_parallel(path, packed) == (
+            ["ein Hund", "zwei Katzen"],
+            ["a dog", "two"],
+        )
+    messages = [str(w.message) for w in said]
+    assert f"{path}: starts with a UTF-8 byte-order mark; removed" in messages
+    assert f"{packed}: starts with a UTF-8 byte-order mark; removed" in messages
+    # Only at the start: elsewhere it is text (U+FEFF), as UTF-8 says.
+    inner = write(tmp_path / "inner.de", "a\n\ufeffb\n")
+    assert read_lines(inner) == ["a", "\ufeffb"]
+
+
+@pytest.mark.parametrize("ending", [b"\r", b"\r\n", b""])
+def test_lines_ended_by_carriage_returns_alone_are_named(tmp_path, ending):
+    path = write(tmp_path / "mac.en", b"a dog\rtwo cats\rthree" + ending)
+    with pytest.raises(CorpusError) as raised:
+        read_lines(path)
+    check(raised.value, path, 1, "carriage returns", "old Mac", "tr")
+    packed = write(tmp_path / "mac.en.gz", gzip.compress(b"a\rb\rc\r"))
+    with pytest.raises(CorpusError, match="old Mac"):
+        read_lines(packed)
+    # Windows' CRLF, a stray \r in a longer file, and one line without any
+    # are fine.
+    assert read_lines(write(tmp_path / "crlf.en", b"a\r\nb\r\n")) == ["a", "b"]
+    assert read_lines(write(tmp_path / "one.en", b"one line\r\n")) == ["one line"]
+    assert read_lines(write(tmp_path / "two.en", b"a\rb\nc\n")) == ["a\rb", "c"]

@@ -6,6 +6,7 @@ import keras
 import pytest
 
 import keras_transformer as kt
+from keras_transformer import data as data_module
 from keras_transformer import evaluation
 from keras_transformer.cli import evaluate
 from keras_transformer.data import tokenizer as tk
@@ -244,6 +245,24 @@ def test_bad_data_is_reported_before_the_model_is_loaded(data, tmp_path, capsys)
     argv = ["--model", str(tmp_path / "absent.keras"), "--source", str(source)]
     err = run_failing(argv + ["--reference", str(reference)], capsys, tmp_path / "o")
     assert f"{reference}:3: empty line" in err
+
+
+@pytest.mark.once
+def test_encodings_of_sources_and_references(data, tmp_path, capsys):
+    """The corpus rule holds here too: old Mac line endings are named, a
+    byte-order mark is removed and said (before the model is loaded)."""
+    source, reference = data
+    mac = tmp_path / "mac.de"
+    mac.write_bytes(b"ein Hund\rzwei\r")
+    argv = ["--model", str(tmp_path / "absent.keras"), "--reference", str(reference)]
+    err = run_failing(argv + ["--source", str(mac)], capsys, tmp_path / "o")
+    assert f"{mac}:1: one line with carriage returns" in err
+    marked = tmp_path / "bom.en"
+    marked.write_bytes(b"\xef\xbb\xbf" + reference.read_bytes())
+    argv = ["--model", str(tmp_path / "absent.keras"), "--source", str(source)]
+    with pytest.warns(data_module.CorpusWarning, match=f"{marked}: starts with a"):
+        err = run_failing(argv + ["--reference", str(marked)], capsys, tmp_path / "o")
+    assert "absent.keras" in err  # the model, next: the files were read
 
 
 @pytest.mark.once

@@ -194,3 +194,52 @@ def test_resume_after_killing_every_process(tmp_path):
         sorted((out / "checkpoints").iterdir())[-1].joinpath("state.json").read_text()
     )
     assert state["epoch"] == 2 and state["batch"] == 0
+
+
+def _children(pid):
+    """{process index: pid} of the launcher's kt-train processes."""
+    listed = subprocess.run(
+        ["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True
+    ).stdout.split()
+    found = {}
+    for child in map(int, listed):
+        environ = Path(f"/proc/{child}/environ").read_bytes().split(b"\0")
+        for item in environ:
+            if item.startswith(b"KERAS_DISTRIBUTION_PROCESS_ID="):
+                found[int(item.split(b"=")[1])] = child
+    return found
+
+
+def test_sigterm_to_one_process_stops_both_at_one_step(tmp_path):
+    """The signal reaches process 1 alone: both stop after the same batch,
+    process 0 writes the checkpoint, and the rerun trains exactly the rest."""
+    out = tmp_path / "run"
+    command = launched(
+        out, "--epochs", "2", "--checkpoint-steps", "100000",
+        "--progress-seconds", "0",
+    )  # fmt: skip
+    started = subprocess.Popen(
+        command, cwd=REPO, env=env(), stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    with started:
+        try:
+            for line in started.stdout:  # process 0's "step 3/12, ..."
+                if line.startswith("step ") and int(line.split()[1].split("/")[0]) >= 3:
+                    os.kill(_children(started.pid)[1], signal.SIGTERM)
+                    break
+            _, err = started.communicate(timeout=TIMEOUT)
+        finally:
+            started.kill()
+    assert started.returncode == 128 + signal.SIGTERM, err[-2000:]
+    (path,) = sorted((out / "checkpoints").iterdir())
+    state = json.loads((path / "state.json").read_text())
+    epoch_length = int(line.split("/")[1].split(",")[0])
+    assert state["epoch"] == 0 and 3 <= state["batch"] < epoch_length
+    again = run(command, cwd=REPO)
+    assert f"resuming from {path}" in again.stdout
+    last = json.loads(
+        sorted((out / "checkpoints").iterdir())[-1].joinpath("state.json").read_text()
+    )
+    assert (last["epoch"], last["batch"]) == (2, 0)
+    assert last["iterations"] == 2 * epoch_length

@@ -418,6 +418,7 @@ GOOD = {
         ("invalid UTF-8", "val.en", 1, "UTF-8"),
         ("missing file", "val.de", None, "no val.de"),
         ("empty file", "train.de", None, "empty"),
+        ("old Mac line endings", "train.en", 1, "old Mac"),
     ],
 )
 def test_bad_parallel_files_fail_before_anything_is_written(
@@ -438,6 +439,8 @@ def test_bad_parallel_files_fail_before_anything_is_written(
         path.unlink()
     elif case == "empty file":
         path.write_bytes(b"")
+    elif case == "old Mac line endings":
+        path.write_bytes(b"a dog\rtwo cats\ra house\r")
     out = tmp_path / "out"
     argv = ["--data", str(data), "--source", "de", "--target", "en", *SMALL]
     err = usage_error(capsys, [*argv, "--out", str(out)])
