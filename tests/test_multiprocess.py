@@ -169,33 +169,6 @@ def test_kt_launch_stops_the_others_when_one_fails(tmp_path):
     assert not (tmp_path / "x").exists()
 
 
-def test_resume_after_killing_every_process(tmp_path):
-    out = tmp_path / "run"
-    command = launched(out, "--epochs", "2")
-    started = subprocess.Popen(
-        command, cwd=REPO, env=env(), stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL, start_new_session=True,
-    )  # fmt: skip
-    try:
-        deadline = time.monotonic() + TIMEOUT
-        while not list((out / "checkpoints").glob("step-*")):
-            assert started.poll() is None, "the launch ended before a checkpoint"
-            assert time.monotonic() < deadline, "no checkpoint in time"
-            time.sleep(0.2)
-    finally:
-        os.killpg(started.pid, signal.SIGKILL)  # the launcher and both processes
-        started.wait()
-    assert started.returncode == -signal.SIGKILL
-    assert (out / "run.json").exists() and not (out / "results.json").exists()
-    again = run(command, cwd=REPO)
-    assert "resuming from" in again.stdout
-    assert json.loads((out / "run.json").read_text())["status"] == "finished"
-    state = json.loads(
-        sorted((out / "checkpoints").iterdir())[-1].joinpath("state.json").read_text()
-    )
-    assert state["epoch"] == 2 and state["batch"] == 0
-
-
 def _children(pid):
     """{process index: pid} of the launcher's kt-train processes."""
     listed = subprocess.run(
@@ -210,14 +183,21 @@ def _children(pid):
     return found
 
 
-def test_sigterm_to_one_process_stops_both_at_one_step(tmp_path):
-    """The signal reaches process 1 alone: both stop after the same batch,
-    process 0 writes the checkpoint, and the rerun trains exactly the rest."""
+def _states(out):
+    return [
+        json.loads((path / "state.json").read_text())
+        for path in sorted((out / "checkpoints").iterdir())
+        if path.name.startswith("step-")
+    ]
+
+
+def test_sigterm_to_one_process_then_kill_then_resume(tmp_path):
+    """SIGTERM reaches process 1 alone: both stop after the same batch and
+    process 0 writes that step. The rerun resumes; killed with SIGKILL
+    (launcher and both processes) once it has written a new checkpoint, the
+    third run resumes from that and trains exactly the rest."""
     out = tmp_path / "run"
-    command = launched(
-        out, "--epochs", "2", "--checkpoint-steps", "100000",
-        "--progress-seconds", "0",
-    )  # fmt: skip
+    command = launched(out, "--epochs", "2", "--progress-seconds", "0")
     started = subprocess.Popen(
         command, cwd=REPO, env=env(), stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, text=True,
@@ -225,21 +205,36 @@ def test_sigterm_to_one_process_stops_both_at_one_step(tmp_path):
     with started:
         try:
             for line in started.stdout:  # process 0's "step 3/12, ..."
-                if line.startswith("step ") and int(line.split()[1].split("/")[0]) >= 3:
+                if line.startswith("step ") and line.split()[1].startswith("3/"):
                     os.kill(_children(started.pid)[1], signal.SIGTERM)
                     break
             _, err = started.communicate(timeout=TIMEOUT)
         finally:
             started.kill()
     assert started.returncode == 128 + signal.SIGTERM, err[-2000:]
-    (path,) = sorted((out / "checkpoints").iterdir())
-    state = json.loads((path / "state.json").read_text())
     epoch_length = int(line.split("/")[1].split(",")[0])
-    assert state["epoch"] == 0 and 3 <= state["batch"] < epoch_length
+    stop = _states(out)[-1]
+    assert stop["epoch"] == 0 and 3 <= stop["batch"] < epoch_length
+    assert "SIGTERM" in json.loads((out / "run.json").read_text())["stopped"]
+
+    started = subprocess.Popen(
+        command, cwd=REPO, env=env(), stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + TIMEOUT
+        while _states(out)[-1]["iterations"] <= stop["iterations"]:
+            assert started.poll() is None, "the launch ended before a checkpoint"
+            assert time.monotonic() < deadline, "no checkpoint in time"
+            time.sleep(0.2)
+    finally:
+        os.killpg(started.pid, signal.SIGKILL)  # the launcher and both processes
+        started.wait()
+    assert started.returncode == -signal.SIGKILL
+    assert (out / "run.json").exists() and not (out / "results.json").exists()
     again = run(command, cwd=REPO)
-    assert f"resuming from {path}" in again.stdout
-    last = json.loads(
-        sorted((out / "checkpoints").iterdir())[-1].joinpath("state.json").read_text()
-    )
+    assert "resuming from" in again.stdout
+    assert json.loads((out / "run.json").read_text())["status"] == "finished"
+    last = _states(out)[-1]
     assert (last["epoch"], last["batch"]) == (2, 0)
     assert last["iterations"] == 2 * epoch_length

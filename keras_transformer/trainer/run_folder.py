@@ -65,6 +65,11 @@ class RunFolder:
                 f"`out` {error}: one run writes a folder at a time. Wait for it "
                 "to end, or stop it (it resumes from its last checkpoint)."
             ) from None
+        except OSError as error:
+            raise UsageError(
+                f"`out` {self.path}: cannot write its lock file "
+                f"{self._lock.path} ({error.strerror})"
+            ) from None
 
     def release(self):
         self._lock.release()
