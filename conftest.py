@@ -102,9 +102,9 @@ def _starts_early(item):
 # Where the TensorFlow and JAX runs record coverage: the test files (or
 # `file::test`) whose tests reach lines and branches that the PyTorch run does
 # not (backend.py's, distribute.py's and _fault_safe.py's branches for those
-# backends, the TensorFlow graph checks in _inputs.py; test_run_faults.py,
-# which runs on these two only, for the trainer's fault paths). Chosen from the list
-# that tests/backend_coverage.py prints for a run with test contexts,
+# backends, the TensorFlow graph checks in _inputs.py; and test_run_faults.py,
+# which the PyTorch run leaves out, for the trainer's fault paths). Chosen from
+# the list that tests/backend_coverage.py prints for a run with test contexts,
 # preferring the files that take least time and single tests where a file is
 # slow, so that together they reach every such arc; the tool's own greedy
 # choice ignores time.
@@ -127,7 +127,6 @@ PER_BACKEND_COVERAGE = {
         "test_embedding.py",
         "test_faults_model.py",
         "test_losses.py",
-        "test_run_faults.py",
         "test_seeds.py",
         "test_train.py",
     ),

@@ -94,8 +94,7 @@ def test_a_second_run_on_the_folder_is_refused_and_the_first_loses_nothing(
     tmp_path, capsys
 ):
     out = tmp_path / "run"
-    argv = command(out, "--train-size", "600", "--epochs", "1")
-    argv += ["--checkpoint-steps", "10"]
+    argv = command(out, "--epochs", "1", "--checkpoint-steps", "5")
     first = subprocess.Popen(
         [sys.executable, "-m", "keras_transformer.cli.train", *argv],
         cwd=REPO, env=subprocess_env(), stdout=subprocess.DEVNULL,
