@@ -25,7 +25,12 @@ import keras_transformer as kt
 from keras_transformer import checkpoints, cluster
 from keras_transformer.atomic import DiskFullError
 from keras_transformer.trainer import fitting, inputs
-from keras_transformer.trainer.errors import DiskFull, Diverged, Preempted
+from keras_transformer.trainer.errors import (
+    DiskFull,
+    Diverged,
+    Preempted,
+    UsageError,
+)
 from keras_transformer.trainer.parallel import agreed, log, set_up
 from keras_transformer.trainer.report import report
 from keras_transformer.trainer.run_folder import RESULTS_FILE, RunFolder
@@ -41,8 +46,10 @@ def train(config):
         other than 0 of a multi-process run.
 
     Raises:
-        UsageError: settings, data or a run folder that cannot be used,
-            before anything is written for them.
+        UsageError: settings, data or a run folder that cannot be used (or
+            that another run holds), before anything is written for them.
+        RunStopped: the run stopped early, what it saved kept: ``Diverged``,
+            ``DiskFull``, ``Preempted``.
     """
     config = config.checked()
     task = make_task(config)
@@ -165,7 +172,10 @@ def _diverged(config, outcome, model, tokenizer, folder):
     log(what)
     up_to = where["iterations"]
     kept = checkpoints.list_checkpoints(folder.checkpoints, up_to=up_to)
-    used = fitting.average(config, model, folder) if kept else []
+    try:
+        used = fitting.average(config, model, folder) if kept else []
+    except UsageError:  # none of them loads
+        used = []
     if used and checkpoints.weights_are_finite(model):
         translator = Translator(tokenizer, inference_copy(model))
         folder.save_translator(translator, outcome.seconds)
