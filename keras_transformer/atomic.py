@@ -18,6 +18,8 @@ import re
 import shutil
 import uuid
 
+import numpy as np
+
 _PARTIAL = ".partial.keras"  # save_model_atomic's temporary file
 _FULL = (errno.ENOSPC, errno.EDQUOT)
 
@@ -67,6 +69,18 @@ def free_bytes(path):
 
 def is_disk_full(error):
     return isinstance(error, OSError) and error.errno in _FULL
+
+
+def full_disk(error, what, path, needed):
+    """The ``DiskFullError`` that ``error`` (raised while writing ``needed``
+    bytes to ``path``) stands for, or None. HDF5's errors need not carry an
+    errno: a failed write with less room left than it needed counts too."""
+    if isinstance(error, DiskFullError):
+        return None  # already says so
+    full = is_disk_full(error) or (
+        isinstance(error, Exception) and (free_bytes(path) or needed) < needed
+    )
+    return DiskFullError(what, path, needed) if full else None
 
 
 def ensure_room(what, path, needed):
@@ -151,16 +165,11 @@ def save_model_atomic(model, path, what="model"):
     except BaseException as error:
         if os.path.exists(tmp):
             os.unlink(tmp)
-        full = is_disk_full(error) or (
-            isinstance(error, Exception) and (free_bytes(path) or needed) < needed
-        )
-        if full:
-            raise DiskFullError(what, path, needed) from error
+        full = full_disk(error, what, path, needed)
+        if full is not None:
+            raise full from error
         raise
     fsync_dir(os.path.dirname(os.path.abspath(path)))
-
-
-_ITEMSIZE = {"bfloat16": 2, "float16": 2, "float64": 8, "int64": 8, "bool": 1}
 
 
 def variable_bytes(variables):
@@ -170,7 +179,8 @@ def variable_bytes(variables):
         count = 1
         for dim in variable.shape:
             count *= int(dim)
-        total += count * _ITEMSIZE.get(str(variable.dtype), 4)
+        dtype = str(variable.dtype)  # NumPy knows bfloat16 only through JAX
+        total += count * (2 if dtype == "bfloat16" else np.dtype(dtype).itemsize)
     return total
 
 

@@ -33,6 +33,7 @@ from keras_transformer.atomic import (  # noqa: F401 (this module's API too)
     DiskFullError,
     ensure_room,
     fsync_dir,
+    full_disk,
     is_disk_full,
     save_model_atomic,
     temporary_target,
@@ -158,15 +159,9 @@ def save_checkpoint(model, directory, state, keep=None):
         _rename_into_place(tmp, final)
     except BaseException as error:
         shutil.rmtree(tmp, ignore_errors=True)
-        # HDF5's errors need not carry errno: a failed write with the disk
-        # (nearly) full counts as a full disk.
-        full = is_disk_full(error) or (
-            type(error) is not DiskFullError
-            and isinstance(error, Exception)
-            and _free(directory, needed) < needed
-        )
-        if full:
-            raise DiskFullError("checkpoint", final, needed) from error
+        full = full_disk(error, "checkpoint", final, needed)
+        if full is not None:
+            raise full from error
         raise
     fsync_dir(directory)
     if keep is not None:
@@ -208,11 +203,6 @@ def _checkpoint_bytes(model, directory):
     optimizer = getattr(model, "optimizer", None)
     variables = list(model.weights) + list(getattr(optimizer, "variables", []))
     return int(variable_bytes(variables) * 1.1) + (1 << 18)
-
-
-def _free(directory, default):
-    free = shutil.disk_usage(directory).free if os.path.isdir(directory) else None
-    return default if free is None else free
 
 
 def remove_temporaries(directory):
@@ -264,11 +254,17 @@ def weights_are_finite(model, values=None):
     as arrays) is finite."""
     if values is None:
         values = [keras.ops.convert_to_numpy(w) for w in model.weights]
+    # Float weights as average_checkpoints picks them: by the variable's
+    # dtype, bfloat16 included (not a NumPy floating type).
     return all(
-        np.isfinite(v).all()
-        for v in values
-        if np.issubdtype(np.asarray(v).dtype, np.floating)
+        np.isfinite(np.asarray(value, "float32")).all()
+        for weight, value in zip(model.weights, values, strict=True)
+        if _is_float(weight)
     )
+
+
+def _is_float(weight):
+    return "float" in keras.backend.standardize_dtype(weight.dtype)
 
 
 def load_latest(model, directory, on_skip=None, finite=False):
@@ -360,7 +356,7 @@ def average_checkpoints(model, paths, on_skip=None):
         load_checkpoint(model, used[-1])
     # The last checkpoint is loaded now; replace the float weights by the mean.
     for weight, total in zip(model.weights, sums, strict=True):
-        if "float" in keras.backend.standardize_dtype(weight.dtype):
+        if _is_float(weight):
             weight.assign((total / len(used)).astype(weight.dtype))
     return model
 

@@ -40,9 +40,9 @@ import contextlib
 import os
 
 import keras
-import numpy as np
 
 from keras_transformer import cluster
+from keras_transformer.atomic import variable_bytes
 
 
 class DataParallelSetup:
@@ -284,11 +284,7 @@ def weight_bytes_per_device(model):
 
 def weight_bytes(model):
     """Bytes of one whole copy of ``model``'s weights."""
-    return sum(_nbytes(w) for w in model.weights)
-
-
-def _nbytes(weight):
-    return int(np.prod(weight.shape)) * np.dtype(weight.dtype).itemsize
+    return variable_bytes(model.weights)
 
 
 def _tensorflow_data_parallel():

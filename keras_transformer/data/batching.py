@@ -103,16 +103,15 @@ def bucket_boundaries(
         boundaries.append(boundary)
 
 
-def bucket_length(length, max_length=None, **rule):
+def bucket_length(
+    length, max_length=None, min_length=8, step=1.25, multiple=8, linear_until=None
+):
     """The bucket of a sequence of ``length``: the smallest length of
     ``bucket_boundaries``' rule (the same arguments) that holds it, at most
     ``max_length`` (None: no end)."""
-    for boundary in _check_rule(**{**_DEFAULT_RULE, **rule}):
+    for boundary in _check_rule(min_length, step, multiple, linear_until):
         if boundary >= length:
             return boundary if max_length is None else min(boundary, max_length)
-
-
-_DEFAULT_RULE = {"min_length": 8, "step": 1.25, "multiple": 8, "linear_until": None}
 
 
 def make_batches(

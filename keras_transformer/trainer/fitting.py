@@ -188,7 +188,8 @@ def average(config, model, folder):
         raise UsageError(str(error)) from None
     used = f"{len(paths) - len(skipped)} of " if skipped else ""
     log(f"averaged {used}the last {len(paths)} checkpoints")
-    return [p for p in paths if p not in {e.path for e in skipped}]
+    left_out = {error.path for error in skipped}
+    return [path for path in paths if path not in left_out]
 
 
 def steps(model):
