@@ -68,22 +68,37 @@ def length_penalty(length, alpha):
 # -- one decoding step, with and without a cache ----------------------------------
 
 
-def _cached_step(model, source_ids, max_length):
-    """``(step, initial_state)``: next-token logits from a key/value cache."""
+def _repeated(structure, repeats):
+    """Each row of every tensor in ``structure`` repeated ``repeats`` times
+    (row b becomes rows b * repeats ... b * repeats + repeats - 1)."""
+    if repeats == 1:
+        return structure
+    return keras.tree.map_structure(lambda x: ops.repeat(x, repeats, axis=0), structure)
+
+
+def _cached_step(model, source_ids, max_length, repeats):
+    """``(step, initial_state, grow)``: next-token logits from a key/value
+    cache. The source is encoded, and its cross-attention keys and values
+    projected, once per sentence, then repeated for each of its ``repeats``
+    hypotheses."""
     encoder_outputs, encoder_mask = model.encode(source_ids)
     self_cache, cross_cache = model.initial_cache(encoder_outputs, max_length)
+    self_cache, cross_cache, encoder_mask = _repeated(
+        (self_cache, cross_cache, encoder_mask), repeats
+    )
 
     def step(tokens, index, state):
         return model.decode_step(tokens, index, state, cross_cache, encoder_mask)
 
-    return step, self_cache
+    return step, self_cache, getattr(model, "grow_cache", None)
 
 
-def _uncached_step(model, source_ids, max_length):
-    """``(step, initial_state)``: next-token logits from the decoder on the
-    whole prefix; the state is the decoder input, the prefix then padding."""
-    encoder_outputs, encoder_mask = model.encode(source_ids)
-    rows = ops.shape(source_ids)[0]
+def _uncached_step(model, source_ids, max_length, repeats):
+    """``(step, initial_state, None)``: next-token logits from the decoder on
+    the whole prefix; the state is the decoder input, the prefix then
+    padding."""
+    encoder_outputs, encoder_mask = _repeated(model.encode(source_ids), repeats)
+    rows = ops.shape(encoder_outputs)[0]
 
     def step(tokens, index, state):
         columns = ops.arange(ops.shape(state)[1])
@@ -96,12 +111,47 @@ def _uncached_step(model, source_ids, max_length):
         logits = model.decode(state, encoder_outputs, encoder_mask)
         return ops.take(logits, index, axis=1), state
 
-    return step, ops.zeros((rows, max_length), "int32")
+    return step, ops.zeros((rows, max_length), "int32"), None
 
 
-def _step_function(model, source_ids, max_length, use_cache):
-    step = _cached_step if use_cache else _uncached_step
-    return step(model, source_ids, max_length)
+# A cached search starts with a cache this wide and doubles it when a step
+# reaches its end: a step reads (and beam search reorders) the whole cache,
+# and most sentences end long before the output limit.
+FIRST_CACHE_WIDTH = 16
+
+
+def _stages(max_length, growable):
+    """The cache widths a search passes through, ending at ``max_length``."""
+    widths = []
+    width = FIRST_CACHE_WIDTH
+    while growable and width < max_length:
+        widths.append(width)
+        width *= 2
+    return widths + [max_length]
+
+
+def _search_loop(model, source_ids, max_length, use_cache, repeats, cond, body, start):
+    """Run ``body(step, *carry) -> carry`` while ``cond(*carry)``; the step's
+    state is the carry's last item. ``carry[0]`` is the step index.
+
+    With a cache the model can grow (``grow_cache``), the loop runs in
+    stages of cache width 16, 32, ... up to ``max_length``: each stage ends
+    when the search is done or its cache is full, and the next one starts
+    from a copy of the cache made wider (once all rows are done it costs
+    only that copy)."""
+    make = _cached_step if use_cache else _uncached_step
+    widths = _stages(max_length, use_cache and hasattr(model, "grow_cache"))
+    step, state, grow = make(model, source_ids, widths[0], repeats)
+    carry = tuple(start) + (state,)
+    for n, width in enumerate(widths):
+        if n:
+            carry = carry[:-1] + (grow(carry[-1], width),)
+        carry = ops.while_loop(
+            lambda *c, width=width: ops.logical_and(ops.less(c[0], width), cond(*c)),
+            lambda *c: body(step, *c),
+            carry,
+        )
+    return carry
 
 
 def _log_probs(logits, ids):
@@ -128,7 +178,6 @@ def _stops(tokens, index, max_lengths, end_id):
 
 
 def _greedy(model, source_ids, max_lengths, max_length, use_cache, ids):
-    step, initial_state = _step_function(model, source_ids, max_length, use_cache)
     rows = ops.shape(source_ids)[0]
     columns = ops.arange(max_length)
     steps = ops.max(max_lengths)
@@ -136,7 +185,7 @@ def _greedy(model, source_ids, max_lengths, max_length, use_cache, ids):
     def cond(index, tokens, output, scores, done, state):
         return ops.logical_and(ops.less(index, steps), ops.logical_not(ops.all(done)))
 
-    def body(index, tokens, output, scores, done, state):
+    def body(step, index, tokens, output, scores, done, state):
         logits, state = step(tokens, index, state)
         log_probs = _log_probs(logits, ids)
         chosen = ops.cast(ops.argmax(log_probs, axis=-1), "int32")
@@ -153,31 +202,39 @@ def _greedy(model, source_ids, max_lengths, max_length, use_cache, ids):
         ops.full((rows, max_length), ids.pad, "int32"),
         ops.zeros((rows,), "float32"),
         ops.less_equal(max_lengths, 0),
-        initial_state,
     )
-    _, _, output, scores, _, _ = ops.while_loop(cond, body, start)
+    _, _, output, scores, _, _ = _search_loop(
+        model, source_ids, max_length, use_cache, 1, cond, body, start
+    )
     return output, scores
 
 
-def _beam(model, source_ids, max_lengths, max_length, use_cache, ids, beam_size, alpha):
+def _beam(
+    model,
+    source_ids,
+    max_lengths,
+    max_length,
+    use_cache,
+    ids,
+    beam_size,
+    alpha,
+    top_n=None,
+):
     rows = ops.shape(source_ids)[0]
     k = beam_size
-    # Every hypothesis is a row of the decoder's batch: (B * K, ...).
-    step, initial_state = _step_function(
-        model, ops.repeat(source_ids, k, axis=0), max_length, use_cache
-    )
+    top_n = k if top_n is None else top_n
     columns = ops.arange(max_length)
     steps = ops.max(max_lengths)
     limits = max_lengths[:, None]  # (B, 1)
+    # The largest length penalty a hypothesis of each input can reach.
+    final_penalty = length_penalty(ops.cast(max_lengths, "float32"), alpha)  # (B,)
     # Row b, hypothesis j sits at b * K + j of the decoder's batch.
     row_starts = (ops.arange(rows, dtype="int32") * k)[:, None]
 
-    def cond(index, tokens, output, log_probs, lengths, finished, state):
-        return ops.logical_and(
-            ops.less(index, steps), ops.logical_not(ops.all(finished))
-        )
+    def cond(index, tokens, output, log_probs, lengths, finished, done, state):
+        return ops.logical_and(ops.less(index, steps), ops.logical_not(ops.all(done)))
 
-    def body(index, tokens, output, log_probs, lengths, finished, state):
+    def body(step, index, tokens, output, log_probs, lengths, finished, done, state):
         logits, state = step(tokens, index, state)
         step_log_probs = _log_probs(logits, ids)
         vocab = ops.shape(step_log_probs)[-1]
@@ -192,7 +249,7 @@ def _beam(model, source_ids, max_lengths, max_length, use_cache, ids, beam_size,
         candidate_lengths = ops.where(finished, lengths, index + 1)  # (B, K)
         penalty = length_penalty(ops.cast(candidate_lengths, "float32"), alpha)
         ranking = candidates / penalty[:, :, None]
-        # The K best of the K * V candidates of each input.
+        # The K best of the K * V candidates of each input, best first.
         _, best = ops.top_k(ops.reshape(ranking, (rows, k * vocab)), k)  # (B, K)
         parents = best // vocab
         chosen = ops.cast(best % vocab, "int32")
@@ -204,6 +261,24 @@ def _beam(model, source_ids, max_lengths, max_length, use_cache, ids, beam_size,
         chosen = ops.where(parent_finished, ids.pad, chosen)
         finished = ops.logical_or(
             parent_finished, _stops(chosen, index, limits, ids.end)
+        )
+        # An input is done when its top_n hypotheses are finished and no
+        # unfinished one can ever outrank them: its log P only falls with
+        # each token, and its length penalty is at most that of the output
+        # limit, so its final score is at most log P / lp(limit).
+        # (The n-th score is recomputed, not read from top_k's values: using
+        # those values makes XLA:CPU's step several times slower.)
+        best_open = ops.max(ops.where(finished, IMPOSSIBLE, log_probs), axis=1)
+        settled = ops.logical_or(
+            ops.all(finished, axis=1),
+            ops.greater_equal(
+                log_probs[:, top_n - 1]
+                / length_penalty(ops.cast(lengths[:, top_n - 1], "float32"), alpha),
+                best_open / final_penalty,
+            ),
+        )
+        done = ops.logical_or(
+            done, ops.logical_and(ops.all(finished[:, :top_n], axis=1), settled)
         )
         # Each kept hypothesis continues its parent's tokens, cache and state.
         output = ops.take_along_axis(output, parents[:, :, None], axis=1)
@@ -219,22 +294,26 @@ def _beam(model, source_ids, max_lengths, max_length, use_cache, ids, beam_size,
             log_probs,
             lengths,
             finished,
+            done,
             state,
         )
 
     # All K hypotheses start as the same [START]; only the first may be
     # extended at the first step, or the beam would hold K copies.
     first = ops.equal(ops.arange(k), 0)[None, :]
+    nothing_to_do = ops.less_equal(limits, 0)
     start = (
         ops.convert_to_tensor(0, "int32"),
         ops.full((rows * k,), ids.start, "int32"),
         ops.full((rows, k, max_length), ids.pad, "int32"),
         ops.where(first, 0.0, IMPOSSIBLE) + ops.zeros((rows, k), "float32"),
         ops.zeros((rows, k), "int32"),
-        ops.logical_and(ops.less_equal(limits, 0), ops.ones((rows, k), "bool")),
-        initial_state,
+        ops.logical_and(nothing_to_do, ops.ones((rows, k), "bool")),
+        nothing_to_do[:, 0],
     )
-    _, _, output, log_probs, lengths, _, _ = ops.while_loop(cond, body, start)
+    _, _, output, log_probs, lengths, _, _, _ = _search_loop(
+        model, source_ids, max_length, use_cache, k, cond, body, start
+    )
     scores = log_probs / length_penalty(ops.cast(lengths, "float32"), alpha)
     return output, scores, log_probs
 
@@ -381,6 +460,7 @@ def beam_search(
     start_id=START_ID,
     end_id=END_ID,
     pad_id=PAD_ID,
+    top_n=None,
 ):
     """Beam search with the GNMT length penalty (paper §6.1: 4 beams, α = 0.6).
 
@@ -391,6 +471,12 @@ def beam_search(
         length_penalty: float >= 0, α of ``((5 + |Y|) / 6) ** α``;
             0 ranks by log-probability alone, larger values favour longer
             outputs.
+        top_n: int in ``[1, beam_size]`` (default ``beam_size``): how many
+            of the best hypotheses must be exact. An input stops once its
+            ``top_n`` best are finished and no unfinished hypothesis can
+            overtake them; the hypotheses below them are then whatever the
+            beam held at that step (unfinished ones without the end token).
+            ``Translator.translate`` needs only the best (``top_n=1``).
 
     Returns:
         ``(tokens, scores, log_probs)``: ``(B, beam_size, max_length)`` int32,
@@ -401,16 +487,25 @@ def beam_search(
     """
     beam_size = check_beam_size(beam_size)
     alpha = check_length_penalty(length_penalty)
+    top_n = beam_size if top_n is None else top_n
+    if isinstance(top_n, bool) or not isinstance(top_n, (int, np.integer)):
+        raise TypeError(f"top_n must be an int. Received: top_n={top_n!r}")
+    if not 1 <= top_n <= beam_size:
+        raise ValueError(
+            f"top_n must be between 1 and beam_size={beam_size}. "
+            f"Received: top_n={top_n}"
+        )
+    top_n = int(top_n)
     ids = _special_ids(start_id, end_id, pad_id)
     source_ids, max_lengths, max_length = _check_inputs(
         model, source_ids, max_lengths, max_length
     )
-    key = ("beam", max_length, bool(use_cache), ids, beam_size)
+    key = ("beam", max_length, bool(use_cache), ids, beam_size, top_n)
     run = _compiled_search(
         model,
         key,
         lambda src, lengths, a: _beam(
-            model, src, lengths, max_length, bool(use_cache), ids, beam_size, a
+            model, src, lengths, max_length, bool(use_cache), ids, beam_size, a, top_n
         ),
     )
     with _unchecked_loop(model):

@@ -99,6 +99,36 @@ def test_cached_search_equals_uncached():
 
 
 @pytest.mark.slow
+def test_cache_grows_in_stages(monkeypatch):
+    """A cached search starts with a 16-wide cache and widens it (16, 32,
+    40 here); the tokens and scores equal the uncached search's, which has no
+    cache to grow, on rows that run past each stage's end."""
+    model, src = model_and_sources(seed=10, max_length=48)
+    widths = []
+    grow = model.grow_cache
+    monkeypatch.setattr(
+        model,
+        "grow_cache",
+        lambda cache, width: widths.append(width) or grow(cache, width),
+    )
+    limits = np.array([40, 17, 33, 0, 5], "int32")
+    greedy = [
+        decoding.greedy_search(model, src, limits, 40, use_cache=c, end_id=None)
+        for c in (True, False)
+    ]
+    np.testing.assert_array_equal(greedy[0][0], greedy[1][0])
+    np.testing.assert_allclose(greedy[0][1], greedy[1][1], rtol=1e-4)
+    assert np.count_nonzero(greedy[0][0], axis=1).tolist() == limits.tolist()
+    beams = [
+        decoding.beam_search(model, src, limits, 2, 0.6, 40, use_cache=c, end_id=None)
+        for c in (True, False)
+    ]
+    np.testing.assert_array_equal(beams[0][0], beams[1][0])
+    np.testing.assert_allclose(beams[0][1], beams[1][1], rtol=1e-4)
+    assert widths[:2] == [32, 40]  # traced once per search (PyTorch: per stage run)
+
+
+@pytest.mark.slow
 def test_without_end_token_runs_to_the_limit():
     model, src = model_and_sources(seed=4)
     tokens, _ = decoding.greedy_search(model, src, 6, 8, end_id=None)
@@ -250,6 +280,31 @@ def test_search_matches_reference_on_a_table(table_search):
     # The length penalty changes some results here, so it is tested.
     assert any(best[0.0, r] != best[2.0, r] for r in range(6))
     assert any(len(best[0.0, r]) < limits[r] for r in range(6))  # some end at END
+    # top_n: the best top_n hypotheses exactly, the search stopped as soon as
+    # nothing could overtake them, so some lower slots are left unfinished
+    # (one row at a time: a batch runs until all its rows are done).
+    unfinished = {}
+    for alpha in (0.0, 0.6):
+        for top_n in (1, 2):
+            for row, limit in enumerate(limits):
+                tokens, scores, _ = decoding.beam_search(
+                    model, sources[row : row + 1], limit, 3, alpha, 8, top_n=top_n
+                )
+                expected = numpy_reference.beam_search(
+                    lambda t, row=row: TableModel.log_probs(table, row, t),
+                    3,
+                    alpha,
+                    limit,
+                )[:top_n]
+                got = [list(h[h > 0]) for h in tokens[0]]
+                assert got[:top_n] == [ids for ids, _ in expected]
+                np.testing.assert_allclose(
+                    scores[0, :top_n], [score for _, score in expected], rtol=1e-5
+                )
+                unfinished[alpha, top_n, row] = sum(
+                    len(h) < limit and h[-1:] != [decoding.END_ID] for h in got
+                )
+    assert sum(unfinished.values()) > 0
     greedy, _ = decoding.greedy_search(model, sources, limits, 8)
     for row, limit in enumerate(limits):
         ((expected, _),) = numpy_reference.beam_search(
