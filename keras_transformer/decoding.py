@@ -17,6 +17,10 @@ that has them can be searched:
   cross-attention keys and values are projected once, and each
   self-attention layer keeps the keys and values of the tokens generated so
   far, so a step runs the decoder on one position;
+- optionally ``grow_cache(self_cache, max_length) -> self_cache``: the cache
+  made wider. With it a cached search starts with a cache 16 positions wide
+  and doubles it as the output grows, so a step reads (and beam search
+  reorders) what the sentences need, not the whole output limit;
 - uncached: ``decode(prefix, encoder_outputs, encoder_mask) -> logits``, the
   decoder on the whole prefix at every step, as in training. It is there to
   check the cached path against, and the tests check that both give the
@@ -33,7 +37,11 @@ hypothesis is extended by every token, each finished one is carried over
 unchanged, and the ``beam_size`` best of all these candidates are kept, by
 ``log P(Y | X) / lp(Y)`` with the length penalty of Wu et al. (2016),
 ``lp(Y) = ((5 + |Y|) / 6) ** α`` (|Y| counts the end token). An input is done
-when its whole beam is finished. Keeping finished hypotheses in the beam makes
+when its whole beam is finished, or, with ``top_n``, as soon as its ``top_n``
+best are finished and no unfinished hypothesis can overtake them (a bound:
+log P only falls, and lp is largest at the output limit); ``translate``
+needs only the best. Each source is encoded once and its hypotheses share
+the encoder output. Keeping finished hypotheses in the beam makes
 ``beam_size=1`` exactly greedy search. keras-hub's ``BeamSampler`` is not used:
 it has no length penalty and no finished hypotheses (it always runs to the
 maximum length and ranks by the raw log-probability).

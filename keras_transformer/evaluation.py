@@ -109,8 +109,14 @@ def _check_archive(path):
         raise ModelFileError(path, "zip archive with no config.json: not a Keras model")
 
 
+# The file kt-export writes into a CTranslate2 export's directory.
+EXPORT_MARK = "keras_transformer.json"
+
+
 def load_translator(path):
-    """The ``kt.Translator`` saved at ``path`` (a ``.keras`` file).
+    """The ``kt.Translator`` saved at ``path`` (a ``.keras`` file), or the
+    translator of a CTranslate2 export (a directory from ``kt-export
+    --format ctranslate2``), which translates with the same calls.
 
     Besides what Keras checks, the file must be a readable zip archive
     named ``*.keras`` and the translator's tokenizer must have its
@@ -118,15 +124,28 @@ def load_translator(path):
 
     Raises:
         FileNotFoundError: no such file.
-        IsADirectoryError: ``path`` is a directory.
+        IsADirectoryError: ``path`` is a directory that is not a
+            CTranslate2 export.
         ModelFileError: the file is not a readable ``.keras`` archive, Keras
             cannot load it, or the tokenizer lacks its vocabulary.
         TypeError: the file holds another kind of model.
     """
     if os.path.isdir(path):
-        raise IsADirectoryError(
-            f"{path}: is a directory; pass the .keras file inside it"
-        )
+        if not os.path.isfile(os.path.join(path, EXPORT_MARK)):
+            raise IsADirectoryError(
+                f"{path}: is a directory but not a CTranslate2 export (no "
+                f"{EXPORT_MARK}); pass the .keras file inside it"
+            )
+        from keras_transformer.export.ctranslate2 import load_ctranslate2
+
+        try:
+            return load_ctranslate2(path)
+        except ImportError:
+            raise
+        except Exception as error:
+            raise ModelFileError(
+                path, f"cannot be loaded: {_one_line(error)}"
+            ) from error
     if not os.path.isfile(path):
         raise FileNotFoundError(f"{path}: no such model file")
     _check_archive(path)

@@ -66,6 +66,7 @@ from keras_transformer.search_options import SearchOptions, check_length
 # Paper §6.1: "We set the maximum output length during inference to input
 # length + 50".
 EXTRA_OUTPUT_LENGTH = 50
+SEARCH_DTYPES = ("float32", "policy")
 # Source and output widths are padded to lengths 8, 16, 32, ...: a new
 # input length rarely means a new compilation of the search.
 _WIDTHS = {"min_length": 8, "step": 2, "multiple": 8}
@@ -125,6 +126,14 @@ class Translator(keras.Model):
         max_output_length: optional int, a fixed maximum number of generated
             tokens (``END_ID`` included) instead of source length + 50. It is
             capped by the model's ``max_length``.
+        search_dtype: ``"float32"`` (default) or ``"policy"``: the precision
+            the searches compute in. A transformer trained under a mixed
+            policy (``mixed_bfloat16``) keeps float32 weights; with
+            ``"float32"`` it translates with a float32 copy of them, which on
+            a CPU is both faster than bfloat16 and exact; ``"policy"`` keeps
+            the model's own compute dtype (faster on GPUs with bfloat16 or
+            float16 units). ``translator.search_compute_dtype`` says which
+            is in use.
         **kwargs: passed to ``keras.Model`` (e.g. ``name``).
 
     Calling the model gives the transformer's logits, so it is a valid
@@ -132,11 +141,24 @@ class Translator(keras.Model):
     ...})``).
     """
 
-    def __init__(self, tokenizer, transformer, max_output_length=None, **kwargs):
+    def __init__(
+        self,
+        tokenizer,
+        transformer,
+        max_output_length=None,
+        search_dtype="float32",
+        **kwargs,
+    ):
         super().__init__(**kwargs)
         self.tokenizer = tokenizer
         self.transformer = transformer
         self.max_output_length = check_length(max_output_length, "max_output_length")
+        if search_dtype not in SEARCH_DTYPES:
+            raise ValueError(
+                f"search_dtype must be one of {SEARCH_DTYPES}. "
+                f"Received: search_dtype={search_dtype!r}"
+            )
+        self.search_dtype = search_dtype
         self.source_max_length = self.target_max_length = transformer.max_length
         self._source_vocabulary_size = transformer.src_vocab_size
         # A tokenizer loaded from a .keras file has no vocabulary until its
@@ -173,6 +195,7 @@ class Translator(keras.Model):
             tokenizer=keras.saving.serialize_keras_object(self.tokenizer),
             transformer=keras.saving.serialize_keras_object(self.transformer),
             max_output_length=self.max_output_length,
+            search_dtype=self.search_dtype,
         )
         return config
 
@@ -185,7 +208,61 @@ class Translator(keras.Model):
         )
         return cls(**config)
 
+    def export(self, path, search=None, **options):
+        """Write the translator as a TensorFlow SavedModel whose signature
+        ``translate`` maps ``texts`` (``tf.string``, shape ``[None]``) to
+        ``{"translations": tf.string}``; loading it needs TensorFlow and
+        tensorflow-text only. See ``keras_transformer.export.saved_model``.
+
+        Args:
+            path: the SavedModel's directory.
+            search: optional ``SearchOptions``, fixed in the export (default:
+                4 beams, α = 0.6).
+            **options: its fields; ``overwrite=True`` to replace what is
+                at ``path``; ``jit_compile=False`` for searches without XLA
+                (for servers that have none).
+
+        Returns:
+            str: the SavedModel's absolute path.
+        """
+        from keras_transformer.export.saved_model import export_saved_model
+
+        return export_saved_model(self, path, search=search, **options)
+
     # -- decoding ------------------------------------------------------------
+
+    @property
+    def engine(self):
+        """What translates, in words: ``"keras <backend> <dtype>"``."""
+        return f"keras {keras.backend.backend()} {self.search_compute_dtype}"
+
+    @property
+    def search_compute_dtype(self):
+        """The dtype the searches compute in (see ``search_dtype``)."""
+        if self.search_dtype == "float32":
+            return "float32"
+        return self._policy_dtype()
+
+    def _policy_dtype(self):
+        # The functional model's own policy stays float32; its layers carry
+        # the policy it was built with.
+        layer = getattr(self.transformer, "target_embedding", self.transformer)
+        return layer.compute_dtype
+
+    def _search_model(self):
+        """The transformer the searches run: itself, or a float32 copy of a
+        mixed-precision one, its weights refreshed for every call (the
+        translator's own model may have been trained since)."""
+        if self.search_compute_dtype == self._policy_dtype():
+            return self.transformer
+        copy = getattr(self, "_float32_copy", None)
+        if copy is None:
+            config = dict(self.transformer.get_config(), dtype="float32")
+            copy = type(self.transformer).from_config(config)
+            # Past Keras' tracking: a copy to compute with, not state to save.
+            object.__setattr__(self, "_float32_copy", copy)
+        copy.set_weights(self.transformer.get_weights())
+        return copy
 
     def translate(self, texts, search=None, **options):
         """Translate sentences with beam search (greedy with ``beam_size=1``).
@@ -216,7 +293,7 @@ class Translator(keras.Model):
             ``END_ID`` unless the maximum output length was reached first.
         """
         search = SearchOptions.of(search, **options)
-        hypotheses = self._decode(self.encode_sources(texts), search)
+        hypotheses = self._decode(self.encode_sources(texts), search, top_n=1)
         return [row[0][0] for row in hypotheses]
 
     def n_best(self, texts, n=None, search=None, **options):
@@ -242,7 +319,7 @@ class Translator(keras.Model):
                 f"n must be between 1 and beam_size={search.beam_size}. Received: n={n}"
             )
         results = []
-        for row in self._decode(self.encode_sources(texts), search):
+        for row in self._decode(self.encode_sources(texts), search, top_n=n):
             row = row[:n]
             texts_out = decode(self.tokenizer, [ids for ids, _ in row])
             results.append(
@@ -318,7 +395,7 @@ class Translator(keras.Model):
         """
         return self._decode(source_ids, SearchOptions.of(search, **options))
 
-    def _decode(self, source_ids, search):
+    def _decode(self, source_ids, search, top_n=None):
         max_output_length = search.max_output_length
         if max_output_length is None:
             max_output_length = self.max_output_length
@@ -340,11 +417,16 @@ class Translator(keras.Model):
         # Sort by length so that a batch shares one source bucket.
         order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
         results = [None] * len(sources)
+        model = self._search_model() if sources else self.transformer
         progress = Progress(len(sources)) if search.verbose else None
         for start in range(0, len(order), search.batch_size):
             chunk = order[start : start + search.batch_size]
             outputs = self._decode_batch(
-                [sources[i] for i in chunk], [limits[i] for i in chunk], search
+                model,
+                [sources[i] for i in chunk],
+                [limits[i] for i in chunk],
+                search,
+                top_n,
             )
             for i, output in zip(chunk, outputs, strict=True):
                 results[i] = output
@@ -352,7 +434,7 @@ class Translator(keras.Model):
                 progress.update(start + len(chunk))
         return results
 
-    def _decode_batch(self, sources, limits, search):
+    def _decode_batch(self, model, sources, limits, search, top_n=None):
         rows = len(sources)
         # A power of two of rows (capped by batch_size) and bucketed widths
         # keep the compiled loop's shapes few.
@@ -370,12 +452,12 @@ class Translator(keras.Model):
         ids = special_ids(self.tokenizer)
         if search.beam_size == 1:
             tokens, log_probs = decoding.greedy_search(
-                self.transformer, src, max_lengths, width, search.use_cache, **ids
+                model, src, max_lengths, width, search.use_cache, **ids
             )
             tokens, log_probs, scores = tokens[:, None], log_probs[:, None], None
         else:
             tokens, scores, log_probs = decoding.beam_search(
-                self.transformer,
+                model,
                 src,
                 max_lengths,
                 search.beam_size,
@@ -383,6 +465,7 @@ class Translator(keras.Model):
                 width,
                 search.use_cache,
                 **ids,
+                top_n=top_n,
             )
         outputs = []
         for i in range(rows):

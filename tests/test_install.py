@@ -24,7 +24,14 @@ import keras_transformer
 
 REPO = Path(__file__).resolve().parents[1]
 # What a user runs; the measurement tools stay in the repository (benchmarks/).
-COMMANDS = ("kt-train", "kt-evaluate", "kt-translate", "kt-attention", "kt-launch")
+COMMANDS = (
+    "kt-train",
+    "kt-evaluate",
+    "kt-translate",
+    "kt-attention",
+    "kt-launch",
+    "kt-export",
+)
 SMALL_RUN = [
     "--task", "numbers", "--train-size", "200", "--val-size", "8",
     "--test-size", "8", "--uniform-size", "8", "--num-layers", "1", "--d-model", "32",

@@ -463,3 +463,44 @@ def test_n_best_gives_the_searchs_own_scores(trained, monkeypatch):
     order = sorted(range(len(texts)), key=lambda i: lengths[i])
     for row, i in enumerate(order):
         assert [score for _, score in n_best[i]] == [float(s) for s in scores[row, :2]]
+
+
+@pytest.mark.slow
+def test_a_mixed_precision_model_translates_in_float32(trained, tmp_path):
+    """A transformer trained under mixed_bfloat16 keeps float32 weights: by
+    default its translator searches with a float32 copy of them (the same
+    translations as the float32 model), and with search_dtype="policy" in
+    its own bfloat16; the choice survives a save."""
+    model = trained.transformer
+    mixed = build_model(
+        "tiny",
+        src_vocab_size=model.src_vocab_size,
+        dtype="mixed_bfloat16",
+        **SMALL,
+    )
+    mixed.set_weights(model.get_weights())
+    translator = Translator(trained.tokenizer, mixed)
+    assert translator.search_compute_dtype == "float32"
+    assert translator.engine == f"keras {keras.backend.backend()} float32"
+    texts = SOURCES[::7]
+    expected = trained.translate(texts, beam_size=2)
+    assert translator.translate(texts, beam_size=2) == expected
+    assert mixed.target_embedding.compute_dtype == "bfloat16"  # itself unchanged
+    assert getattr(translator, "_float32_copy", None) is not None
+    # Its weights are read at every call: a change reaches the copy.
+    mixed.set_weights([w * 0.0 for w in model.get_weights()])
+    assert translator.translate(texts[:2], beam_size=1) != expected[:2]
+    mixed.set_weights(model.get_weights())
+
+    policy = Translator(trained.tokenizer, mixed, search_dtype="policy")
+    assert policy.search_compute_dtype == "bfloat16"
+    tokens = policy.translate_ids(texts, beam_size=1)
+    assert all(isinstance(t, int) for row in tokens for t in row)
+    path = tmp_path / "policy.keras"
+    policy.save(path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResourceWarning)
+        loaded = keras.saving.load_model(path)
+    assert loaded.search_dtype == "policy"
+    with pytest.raises(ValueError, match="search_dtype must be one of"):
+        Translator(trained.tokenizer, mixed, search_dtype="bfloat16")

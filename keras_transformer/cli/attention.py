@@ -68,6 +68,8 @@ def main(argv=None):
         translator = load_translator(args.model)
     except (OSError, TypeError, ModelFileError) as error:
         fail(str(error))
+    if not hasattr(translator, "transformer"):
+        fail(f"{args.model}: an export has no attention weights; give the .keras file")
     try:
         maps = attention_maps(translator, args.source, args.target)
         ax = plot_attention_maps(maps, args.kind, layer=args.layer, head=args.head)

@@ -1,6 +1,6 @@
 """Translate a test set with a saved Translator and score it (BLEU, chrF).
 
-    kt-evaluate --model runs/x/translator.keras \\
+    kt-evaluate --model runs/x/translator.keras (or a CTranslate2 export's directory) \\
         --source data/val.de.gz --reference data/val.en.gz \\
         [--out runs/x/eval-val.json] [--hypotheses runs/x/val.hyp] [--batch-size 64] \\
         [--beam-size 4] [--length-penalty 0.6] [--checkpoint runs/x/checkpoints/step-…]
@@ -16,7 +16,8 @@ naming the file. Scores come from sacrebleu with its default settings
 checkpoint folders instead of the saved model's (e.g. the last checkpoint
 rather than the average of the last few). The JSON written holds the scores,
 their sacrebleu signatures and the run's model, checkpoint, data, search
-settings, backend and translation time; by
+settings, backend, engine (``keras jax float32``, ``ctranslate2 int8``, ...)
+and translation time; by
 default it goes next to the model as ``eval-<source name>.json``. Output files
 are replaced atomically: a failed run leaves earlier results as they were.
 """
@@ -58,7 +59,11 @@ def _parser():
     parser = argparse.ArgumentParser(
         prog="kt-evaluate", description=__doc__.splitlines()[0]
     )
-    parser.add_argument("--model", required=True, help="a saved translator.keras")
+    parser.add_argument(
+        "--model",
+        required=True,
+        help="a saved translator.keras, or a CTranslate2 export's directory",
+    )
     add_verbose_argument(parser)
     parser.add_argument("--source", required=True, help="source sentences")
     parser.add_argument("--reference", required=True, help="reference translations")
@@ -119,6 +124,8 @@ def main(argv=None):
     except (OSError, TypeError, ModelFileError) as error:
         fail(str(error))
     if args.checkpoint is not None:
+        if not hasattr(translator, "transformer"):
+            fail(f"--checkpoint: {args.model} is an export, not a translator.keras")
         _load_checkpoint(translator, args, fail)
 
     start = time.perf_counter()
@@ -134,6 +141,7 @@ def main(argv=None):
         beam_size=args.beam_size,
         length_penalty=args.length_penalty,
         backend=keras.backend.backend(),
+        engine=translator.engine,
         seconds=round(seconds, 3),
     )
     # Hypotheses first: the JSON, written last, marks a finished run.

@@ -1,0 +1,108 @@
+"""Export a saved translator for deployment.
+
+    kt-export --model runs/multi30k/translator.keras --format ctranslate2 \\
+        --out runs/multi30k/ct2 [--quantization int8]
+    kt-export --model runs/multi30k/translator.keras --format saved_model \\
+        --out runs/multi30k/saved_model [--beam-size 4 --length-penalty 0.6]
+
+``ctranslate2`` writes a CTranslate2 model directory with the tokenizer
+beside it; ``kt-translate`` and ``kt-evaluate`` take that directory as
+``--model``, and ``keras_transformer.export.ctranslate2.load_ctranslate2``
+loads it in Python. ``saved_model`` writes a TensorFlow SavedModel whose
+signature ``translate`` maps strings (``texts``) to strings
+(``translations``), the tokenizer and the beam search inside the graph, for
+``tf.saved_model.load`` or TensorFlow Serving; its beam size and length
+penalty are fixed when it is written. An existing non-empty ``--out`` is
+kept unless ``--overwrite`` is given; nothing half-written is left behind.
+A missing or damaged model stops the run with exit status 2 and one line.
+"""
+
+import argparse
+
+from keras_transformer.cli._arguments import add_search_arguments, add_verbose_argument
+from keras_transformer.cli._process import prepare_process, start_tensorflow
+from keras_transformer.evaluation import ModelFileError, load_translator
+
+FORMATS = ("ctranslate2", "saved_model")
+
+
+def _parser():
+    parser = argparse.ArgumentParser(
+        prog="kt-export", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument("--model", required=True, help="a saved translator.keras")
+    parser.add_argument("--format", required=True, choices=FORMATS)
+    parser.add_argument("--out", required=True, help="the directory to write")
+    parser.add_argument(
+        "--quantization",
+        help="ctranslate2 only: the weights' type (default float32; int8, ...)",
+    )
+    add_search_arguments(parser)
+    parser.add_argument(
+        "--overwrite", action="store_true", help="replace an existing --out"
+    )
+    add_verbose_argument(parser)
+    return parser
+
+
+def main(argv=None):
+    """Run the command; returns the path written."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    prepare_process(args.verbose)
+
+    def fail(message):
+        parser.exit(2, f"{parser.prog}: error: {message}\n")
+
+    if args.format == "ctranslate2":
+        given = [
+            option
+            for option, value, default in (
+                ("--beam-size", args.beam_size, 4),
+                ("--length-penalty", args.length_penalty, 0.6),
+            )
+            if value != default
+        ]
+        if given:
+            # The search of a CTranslate2 model is chosen per call.
+            fail(f"{', '.join(given)}: give them to kt-translate, not to the export")
+    elif args.quantization is not None:
+        fail("--quantization applies to --format ctranslate2 only")
+    start_tensorflow(args.verbose)  # quietly, before the tokenizer needs it
+    try:
+        translator = load_translator(args.model)
+    except (OSError, TypeError, ModelFileError) as error:
+        fail(str(error))
+    if not hasattr(translator, "transformer"):
+        fail(f"{args.model}: is already an export; give the translator.keras")
+    try:
+        if args.format == "ctranslate2":
+            from keras_transformer.export.ctranslate2 import export_ctranslate2
+
+            path = export_ctranslate2(
+                translator,
+                args.out,
+                quantization=args.quantization,
+                overwrite=args.overwrite,
+            )
+        else:
+            path = translator.export(
+                args.out,
+                beam_size=args.beam_size,
+                length_penalty=args.length_penalty,
+                overwrite=args.overwrite,
+            )
+    except (FileExistsError, ImportError, ValueError) as error:
+        fail(str(error))
+    print(f"wrote {path or args.out}")
+    return path or args.out
+
+
+def command():
+    """The installed ``kt-export`` command (``[project.scripts]``); ``main``
+    returns what it did, for callers in Python."""
+    main()
+
+
+if __name__ == "__main__":
+    command()

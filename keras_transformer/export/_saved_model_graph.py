@@ -1,0 +1,260 @@
+"""The graph of ``saved_model``'s export: a ``tf.Module`` with the
+tokenizer, the float32 weights and the searches, and its ``translate``
+signature (TensorFlow backend only; see ``saved_model`` for what it does)."""
+
+import json
+import os
+import tempfile
+
+SIGNATURE = "translate"
+INPUT = "texts"
+OUTPUT = "translations"
+METADATA_FILE = "translation.json"
+
+
+def _float32_transformer(transformer):
+    """``transformer`` itself when it computes in float32, else a float32
+    copy with its weights (mixed-precision variables are float32 already)."""
+    policies = {layer.dtype_policy.name for layer in transformer._flatten_layers()}
+    if policies <= {"float32"}:
+        return transformer
+    config = {**transformer.get_config(), "dtype": "float32"}
+    copy = type(transformer).from_config(config)
+    copy.set_weights(transformer.get_weights())
+    return copy
+
+
+def _widths(max_length):
+    """The translator's bucket widths up to ``max_length``, in order."""
+    from keras_transformer.data.batching import bucket_length
+    from keras_transformer.translator import _WIDTHS
+
+    return sorted(
+        {bucket_length(n, max_length, **_WIDTHS) for n in range(1, max_length + 1)}
+    )
+
+
+def _output_widths(max_length, max_output_length):
+    """The output widths a chunk can need: every sentence's output limit is
+    ``max_output_length``, or at least ``EXTRA_OUTPUT_LENGTH`` (an empty
+    source), never more than ``max_length``; narrower buckets never serve."""
+    from keras_transformer.translator import EXTRA_OUTPUT_LENGTH
+
+    widths = _widths(max_length)
+    if max_output_length is None:
+        least = min(EXTRA_OUTPUT_LENGTH, max_length)
+        return [w for w in widths if w >= _bucket(widths, least)]
+    return [_bucket(widths, min(max_output_length, max_length))]
+
+
+def _bucket(widths, length):
+    return next(w for w in widths if w >= length)
+
+
+def _metadata(translator, transformer, search, jit_compile):
+    import keras_transformer
+    from keras_transformer.data.tokenizer import special_ids
+    from keras_transformer.translator import EXTRA_OUTPUT_LENGTH
+
+    max_output_length = search.max_output_length
+    if max_output_length is None:
+        max_output_length = translator.max_output_length
+    max_length = int(transformer.max_length)
+    policy = translator.transformer.get_config().get("dtype")
+    if isinstance(policy, dict):  # serialized
+        policy = policy.get("config", {}).get("name")
+    return {
+        "format": "keras_transformer SavedModel translator",
+        "keras_transformer_version": keras_transformer.__version__,
+        "signature": SIGNATURE,
+        "input": INPUT,
+        "output": OUTPUT,
+        "beam_size": search.beam_size,
+        "length_penalty": search.length_penalty,
+        "max_output_length": max_output_length,
+        "extra_output_length": (
+            EXTRA_OUTPUT_LENGTH if max_output_length is None else None
+        ),
+        "batch_size": search.batch_size,
+        "use_cache": search.use_cache,
+        "jit_compile": jit_compile,
+        "source_widths": _widths(max_length),
+        "output_widths": _output_widths(max_length, max_output_length),
+        "special_ids": special_ids(translator.tokenizer),
+        "compute_dtype": "float32",
+        "source_dtype_policy": str(policy),
+        "model_config": {
+            k: v for k, v in transformer.get_config().items() if k != "dtype"
+        },
+    }
+
+
+def _write(translator, directory, search, jit_compile=True):
+    """Build the module and save it to ``directory`` (TensorFlow backend)."""
+    import tensorflow as tf
+    import tensorflow_text as tf_text
+
+    from keras_transformer import decoding
+    from keras_transformer.data.tokenizer import special_ids
+    from keras_transformer.translator import EXTRA_OUTPUT_LENGTH
+
+    transformer = _float32_transformer(translator.transformer)
+    max_length = int(transformer.max_length)
+    ids = decoding._special_ids(**special_ids(translator.tokenizer))
+    metadata = _metadata(translator, transformer, search, jit_compile)
+    source_widths = tf.constant(metadata["source_widths"], tf.int32)
+    widths = metadata["output_widths"]
+    output_widths = tf.constant(widths, tf.int32)
+    fixed_limit = metadata["max_output_length"]
+    beam_size, batch_size = search.beam_size, search.batch_size
+    use_cache = search.use_cache
+
+    module = tf.Module()
+    module.tokenizer = tf_text.SentencepieceTokenizer(
+        model=translator.tokenizer.proto, out_type=tf.int32
+    )
+    # The weights, as the plain tf.Variables the traced searches read.
+    module.model_variables = [v.value for v in transformer.variables]
+
+    def search_function(width):
+        if beam_size == 1:
+
+            def run(src, max_lengths, alpha):
+                return decoding._greedy(
+                    transformer, src, max_lengths, width, use_cache, ids
+                )
+        else:
+
+            def run(src, max_lengths, alpha):
+                return decoding._beam(
+                    transformer,
+                    src,
+                    max_lengths,
+                    width,
+                    use_cache,
+                    ids,
+                    beam_size,
+                    alpha,
+                    top_n=1,  # only the best is kept: stop once it is settled
+                )
+
+        # As backend.compile_loop builds the translator's loop on TensorFlow.
+        return tf.function(run, jit_compile=jit_compile, autograph=False)
+
+    searches = [search_function(width) for width in widths]
+    powers = [1]
+    while powers[-1] < batch_size:
+        powers.append(powers[-1] * 2)
+    powers_t = tf.constant(powers, tf.int32)
+    alpha = tf.constant(search.length_penalty, tf.float32)
+
+    def best_tokens(index, src, max_lengths, rows):
+        """The best hypothesis of each real row, as wide as the widest
+        output bucket."""
+
+        def branch(i):
+            def run():
+                outputs = searches[i](src, max_lengths, alpha)
+                tokens = outputs[0]
+                if beam_size > 1:
+                    tokens = tokens[:, 0]
+                tokens = tokens[:rows]
+                return tf.pad(tokens, [[0, 0], [0, widths[-1] - widths[i]]])
+
+            return run
+
+        return tf.switch_case(index, [branch(i) for i in range(len(widths))])
+
+    def translate(texts):
+        pieces = module.tokenizer.tokenize(texts)
+        # Translator.encode_sources: at most max_length - 1 tokens, then END.
+        pieces = pieces[:, : max_length - 1]
+        n = pieces.nrows(out_type=tf.int32)
+        lengths = pieces.row_lengths() + 1
+        lengths = tf.cast(lengths, tf.int32)
+        ends = tf.RaggedTensor.from_tensor(tf.fill([n, 1], ids.end))
+        sources = tf.concat([tf.cast(pieces, tf.int32), ends], axis=1)
+        if fixed_limit is None:
+            limits = lengths - 1 + EXTRA_OUTPUT_LENGTH
+        else:
+            limits = tf.fill([n], fixed_limit)
+        limits = tf.minimum(limits, max_length)
+        order = tf.argsort(lengths, stable=True)
+
+        def body(start, results):
+            stop = tf.minimum(start + batch_size, n)
+            chunk = order[start:stop]
+            rows = stop - start
+            padded = tf.minimum(
+                tf.gather(powers_t, tf.searchsorted(powers_t, rows[None])[0]),
+                batch_size,
+            )
+            chunk_lengths = tf.gather(lengths, chunk)
+            chunk_limits = tf.gather(limits, chunk)
+            src_width = tf.gather(
+                source_widths,
+                tf.searchsorted(source_widths, tf.reduce_max(chunk_lengths)[None])[0],
+            )
+            src = tf.gather(sources, chunk).to_tensor(
+                default_value=ids.pad, shape=tf.stack([padded, src_width])
+            )
+            # Padding rows generate nothing (limit 0), as in _decode_batch.
+            max_lengths = tf.pad(chunk_limits, [[0, padded - rows]])
+            most = tf.reduce_max(chunk_limits)[None]
+            out_index = tf.searchsorted(output_widths, most)[0]
+            tokens = best_tokens(out_index, src, max_lengths, rows)
+            results = tf.tensor_scatter_nd_update(results, chunk[:, None], tokens)
+            return start + batch_size, results
+
+        _, tokens = tf.while_loop(
+            lambda start, _: start < n,
+            body,
+            (tf.constant(0, tf.int32), tf.zeros([n, widths[-1]], tf.int32)),
+            parallel_iterations=1,
+        )
+        # tokenizer.decode: cut at the first END (and at the first PAD, where
+        # the translator cuts a hypothesis), drop PAD and START.
+        stops = tf.logical_or(tf.equal(tokens, ids.end), tf.equal(tokens, ids.pad))
+        before = tf.equal(tf.cumsum(tf.cast(stops, tf.int32), axis=1), 0)
+        keep = tf.logical_and(before, tf.not_equal(tokens, ids.start))
+        kept = tf.ragged.boolean_mask(tokens, keep)
+        translations = module.tokenizer.detokenize(kept)
+        return {OUTPUT: tf.reshape(translations, [n])}
+
+    # Only as signatures: kept as an attribute of the module as well, the
+    # function would be traced (and saved) a second time.
+    translate = tf.function(
+        translate,
+        input_signature=[tf.TensorSpec([None], tf.string, name=INPUT)],
+        autograph=False,
+    )
+
+    constants = {
+        key: value
+        for key, value in metadata.items()
+        if isinstance(value, (bool, int, float, str))
+    }
+    constants["model_config"] = json.dumps(metadata["model_config"], sort_keys=True)
+
+    @tf.function(input_signature=[], autograph=False)
+    def metadata_function():
+        return {key: tf.constant(value) for key, value in constants.items()}
+
+    module.metadata = metadata_function
+
+    with tempfile.TemporaryDirectory() as scratch:
+        metadata_path = os.path.join(scratch, METADATA_FILE)
+        with open(metadata_path, "w", encoding="utf-8") as file:
+            json.dump(metadata, file, indent=2, sort_keys=True)
+            file.write("\n")
+        module.metadata_file = tf.saved_model.Asset(metadata_path)
+        # The layers' host-side id checks stay out of the traced searches:
+        # the tokenizer only makes ids of the vocabulary.
+        with decoding._unchecked_loop(transformer):
+            concrete = translate.get_concrete_function()
+            tf.saved_model.save(
+                module,
+                directory,
+                signatures={SIGNATURE: concrete, "serving_default": concrete},
+            )
+    return metadata

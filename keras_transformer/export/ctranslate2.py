@@ -1,0 +1,500 @@
+"""A trained ``Translator`` as a CTranslate2 model directory.
+
+``export_ctranslate2(translator, "model_ct2")`` writes it;
+``load_ctranslate2("model_ct2").translate(["..."])`` translates with the
+calls and options of ``Translator`` (``ctranslate2_translator``).
+
+The converter fills CTranslate2's ``TransformerSpec`` from the Keras weights
+with NumPy alone (no PyTorch, no converter of another framework):
+
+- each encoder and decoder layer's attention (the query, key and value
+  projections fused as CTranslate2 expects: one ``(3·d, d)`` matrix for
+  self-attention, query and ``(2·d, d)`` key-value for cross-attention; Keras
+  kernels are ``(in, out)``, CTranslate2's ``(out, in)``), feed-forward
+  network (ReLU) and layer norms, with the model's ``layer_norm_epsilon``;
+  post-LN (the paper's) or pre-LN with its two final norms (``norm_first``);
+- the embeddings, scaled by √d_model; one matrix for source, target and
+  output projection where ``share_embeddings`` ties them (CTranslate2 stores
+  it once and aliases the other two), three otherwise, the output projection
+  being the target embedding (no bias) as in the model;
+- the position table, given explicitly: row ``t`` is
+  ``sinusoidal_table(t)`` of this package (sine and cosine interleaved,
+  from position 0), computed once by the current Keras backend. CTranslate2's
+  built-in table puts all the sines before all the cosines and starts at
+  position 1, so it would be a different model. The table has the model's
+  ``max_length`` rows: sources are cut to it, as ``Translator`` cuts them,
+  and no output is longer;
+- the vocabulary: the SentencePiece pieces in id order (padded with unused
+  placeholder names when the model's vocabulary is larger than the
+  tokenizer's), with ``<unk>``, ``<s>`` (begin and decoder start) and
+  ``</s>`` set to the tokenizer's pieces of ids 3, 1 and 2.
+
+Beside CTranslate2's files go ``tokenizer.model`` (the SentencePiece proto)
+and ``keras_transformer.json`` (package version, model config, special ids,
+output-length rule, length-penalty mapping); the folder is written under a
+temporary sibling name and renamed into place when complete.
+``quantization`` is CTranslate2's weight type (``None`` keeps float32); the
+weights are read in float32 whatever the model's dtype policy.
+
+What it cannot express raises ``ValueError`` naming the reason: a
+``max_length=None`` model (CTranslate2 needs a finite position table),
+an activation other than ReLU, a layer norm without centre or scale, a Keras
+layer quantised in place (``model.quantize``: export the float model and
+give ``quantization=``). Every model that ``build_model`` makes (post-LN or
+pre-LN, shared or separate embeddings, any ``num_layers``, ``num_heads``,
+``d_ff``) is expressible.
+"""
+
+import dataclasses
+import gc
+import math
+import os
+import shutil
+import uuid
+import warnings
+
+import numpy as np
+
+from keras_transformer import atomic
+from keras_transformer.export.ctranslate2_translator import (  # noqa: F401
+    _SEARCH_LENGTH_PENALTY,
+    DEFAULT_BATCH_SIZES,
+    FORMAT,
+    FORMAT_VERSION,
+    METADATA_FILE,
+    PATIENCE,
+    TOKENIZER_FILE,
+    CTranslate2Translator,
+    _import_ctranslate2,
+    _vocabulary,
+    load_ctranslate2,
+)
+from keras_transformer.special_tokens import END_ID, PAD_ID, START_ID, UNK_ID
+
+_LENGTH_PENALTY_MAPPING = (
+    "alpha is GNMT's: score = log P(Y|X) / ((5 + |Y|) / 6) ** alpha, |Y| "
+    "counting the end token. CTranslate2 searches with length_penalty="
+    f"{_SEARCH_LENGTH_PENALTY} and patience (default {PATIENCE}), returns all "
+    "round(beam_size * patience) finished hypotheses with the end token, and "
+    "they are re-ranked by that score."
+)
+
+
+def _accepted_quantizations():
+    from ctranslate2.specs import model_spec
+
+    return tuple(model_spec.ACCEPTED_MODEL_TYPES)
+
+
+def check_quantization(quantization):
+    """``quantization`` if CTranslate2 can save weights so (None: float32),
+    else ``ValueError`` naming the accepted ones."""
+    _import_ctranslate2()
+    accepted = _accepted_quantizations()
+    if quantization is None:
+        return None
+    if not isinstance(quantization, str) or quantization not in accepted:
+        raise ValueError(
+            f"quantization must be None (float32) or one of {list(accepted)}. "
+            f"Received: quantization={quantization!r}"
+        )
+    return quantization
+
+
+# -- the export ---------------------------------------------------------------------
+
+
+def export_ctranslate2(translator, out_dir, quantization=None, overwrite=False):
+    """Write ``translator`` as a CTranslate2 model directory.
+
+    Args:
+        translator: a ``Translator``, or the path of a ``.keras`` file
+            holding one.
+        out_dir: the directory to write. It must not exist, or be empty,
+            unless ``overwrite``.
+        quantization: CTranslate2's weight type: None (float32), or one of
+            ``ctranslate2.specs``' accepted types ("int8", "int8_float32",
+            "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16",
+            "float32").
+        overwrite: replace an existing non-empty ``out_dir`` (it is
+            replaced only once the new one is complete).
+
+    Returns:
+        str, the absolute path of ``out_dir``.
+
+    Raises:
+        ImportError: ctranslate2 is not installed.
+        ValueError: a bad ``quantization``; a model the converter cannot
+            express; a file that holds no ``Translator``.
+        FileExistsError: ``out_dir`` exists and is not empty, and
+            ``overwrite`` is False (it is left as it was).
+        atomic.DiskFullError: no room for the model; nothing is left.
+    """
+    ctranslate2 = _import_ctranslate2()
+    quantization = check_quantization(quantization)
+    out_dir = os.path.abspath(os.fspath(out_dir))
+    _check_out_dir(out_dir, overwrite)
+    translator = _load_translator(translator)
+    spec, metadata = _convert(translator)
+    metadata["quantization"] = quantization or "float32"
+    metadata["ctranslate2_version"] = ctranslate2.__version__
+    proto = bytes(translator.tokenizer.proto)
+
+    parent, name = os.path.split(out_dir)
+    os.makedirs(parent, exist_ok=True)
+    needed = sum(v.nbytes for v in _arrays(spec)) + len(proto) + (1 << 20)
+    atomic.ensure_room("CTranslate2 model", out_dir, needed)
+    temporary = os.path.join(parent, f".{name}.{uuid.uuid4().hex[:8]}.tmp")
+    old = None
+    try:
+        os.mkdir(temporary)
+        spec.validate()
+        spec.optimize(quantization=quantization)
+        spec.save(temporary)
+        atomic.write_atomic(os.path.join(temporary, TOKENIZER_FILE), proto)
+        atomic.write_json_atomic(os.path.join(temporary, METADATA_FILE), metadata)
+        atomic.fsync_dir(temporary)
+        # Checked again: the folder may have appeared while this one was
+        # written.
+        _check_out_dir(out_dir, overwrite)
+        if os.path.isdir(out_dir) and os.listdir(out_dir):
+            old = os.path.join(parent, f".{name}.{uuid.uuid4().hex[:8]}.old.tmp")
+            os.replace(out_dir, old)
+        os.replace(temporary, out_dir)
+    except BaseException as error:
+        if old is not None and not os.path.exists(out_dir):
+            os.replace(old, out_dir)  # put the previous model back
+            old = None
+        shutil.rmtree(temporary, ignore_errors=True)
+        full = atomic.full_disk(error, "CTranslate2 model", out_dir, needed)
+        if full is not None:
+            raise full from error
+        raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+    atomic.fsync_dir(parent)
+    return out_dir
+
+
+def _check_out_dir(out_dir, overwrite):
+    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
+        raise FileExistsError(f"{out_dir} exists and is not a directory.")
+    if os.path.isdir(out_dir) and os.listdir(out_dir) and not overwrite:
+        raise FileExistsError(
+            f"{out_dir} exists and is not empty; give overwrite=True to replace "
+            "it (or another directory)."
+        )
+
+
+def _load_translator(translator):
+    from keras_transformer.translator import Translator
+
+    if isinstance(translator, (str, os.PathLike)):
+        import keras
+
+        path = os.fspath(translator)
+        with warnings.catch_warnings():
+            # keras-hub 0.32 opens the vocabulary asset without closing it
+            # (see keras_transformer.translator).
+            warnings.simplefilter("ignore", ResourceWarning)
+            model = keras.saving.load_model(path)
+            gc.collect()
+        if not isinstance(model, Translator):
+            raise ValueError(
+                f"{path} holds a {type(model).__name__}, not a keras_transformer "
+                "Translator (a tokenizer and a Transformer): build one with "
+                "Translator(tokenizer, transformer) and save it, or export that."
+            )
+        translator = model
+    if not isinstance(translator, Translator):
+        raise TypeError(
+            "translator must be a keras_transformer Translator or the path of a "
+            f".keras file holding one. Received: {type(translator).__name__}"
+        )
+    translator.check_tokenizer()
+    return translator
+
+
+def _numpy(variable):
+    import keras
+
+    return np.asarray(keras.ops.convert_to_numpy(variable)).astype(np.float32)
+
+
+def _dense(layer, where):
+    """``(weight, bias)`` of a Keras ``Dense`` as CTranslate2 takes them:
+    weight ``(out, in)``."""
+    if getattr(layer, "quantization_mode", None):
+        raise ValueError(
+            f"{where} is quantized in Keras ({layer.quantization_mode}); export "
+            "the float model and give export_ctranslate2 a quantization= instead."
+        )
+    kernel = _numpy(layer.kernel)
+    bias = _numpy(layer.bias) if layer.use_bias else None
+    return np.ascontiguousarray(kernel.T), bias
+
+
+def _set_linear(spec, weights):
+    weight, bias = weights
+    spec.weight = weight
+    if bias is not None:
+        spec.bias = bias
+
+
+def _fused(*parts):
+    weights = np.concatenate([w for w, _ in parts], axis=0)
+    biases = [b for _, b in parts]
+    if all(b is None for b in biases):
+        return weights, None
+    rows = [
+        b if b is not None else np.zeros(w.shape[0], np.float32)
+        for (w, _), b in zip(parts, biases, strict=True)
+    ]
+    return weights, np.concatenate(rows)
+
+
+def _set_norm(spec, layer, epsilon, where):
+    import keras
+
+    if not isinstance(layer, keras.layers.LayerNormalization):
+        raise ValueError(f"{where} is a {type(layer).__name__}, not a LayerNorm.")
+    if getattr(layer, "rms_scaling", False) or not (layer.center and layer.scale):
+        raise ValueError(
+            f"{where} is not a LayerNorm with scale and centre (gamma and beta): "
+            "CTranslate2's Transformer cannot express it."
+        )
+    axis = layer.axis if isinstance(layer.axis, int) else tuple(layer.axis)
+    if axis not in (-1, 2, (-1,), (2,)):
+        raise ValueError(f"{where} normalises axis {layer.axis}, not the last one.")
+    if not math.isclose(float(layer.epsilon), float(epsilon), rel_tol=1e-6):
+        raise ValueError(
+            f"{where} has epsilon {layer.epsilon}, not the model's {epsilon}: "
+            "CTranslate2 takes one epsilon for the whole model."
+        )
+    spec.gamma = _numpy(layer.gamma)
+    spec.beta = _numpy(layer.beta)
+
+
+def _check_block(block, where):
+    import keras
+
+    activation = keras.activations.serialize(block.activation)
+    name = activation if isinstance(activation, str) else activation.get("config")
+    if name != "relu" and block.activation is not keras.activations.relu:
+        raise ValueError(
+            f"{where} uses the activation {activation!r}; the export supports "
+            "ReLU (the paper's, and build_model's) only."
+        )
+
+
+def _set_attention(spec, layer, self_attention, where):
+    query = _dense(layer.query_dense, f"{where} query")
+    key = _dense(layer.key_dense, f"{where} key")
+    value = _dense(layer.value_dense, f"{where} value")
+    output = _dense(layer.output_dense, f"{where} output")
+    if self_attention:
+        _set_linear(spec.linear[0], _fused(query, key, value))
+        _set_linear(spec.linear[1], output)
+    else:
+        _set_linear(spec.linear[0], query)
+        _set_linear(spec.linear[1], _fused(key, value))
+        _set_linear(spec.linear[2], output)
+
+
+def _set_feed_forward(spec, block, epsilon, where):
+    _set_linear(spec.linear_0, _dense(block.ffn_inner, f"{where} ffn_inner"))
+    _set_linear(spec.linear_1, _dense(block.ffn_outer, f"{where} ffn_outer"))
+    _set_norm(spec.layer_norm, block.ffn_norm, epsilon, f"{where} ffn_norm")
+
+
+def _position_table(layer, rows, d_model):
+    import keras
+
+    from keras_transformer.layers.position import sinusoidal_table
+
+    table = sinusoidal_table(np.arange(rows, dtype="int32"), d_model, layer.base)
+    return np.asarray(keras.ops.convert_to_numpy(table), np.float32)
+
+
+def _pieces(proto):
+    import sentencepiece as spm
+
+    processor = spm.SentencePieceProcessor(model_proto=proto)
+    return [processor.id_to_piece(i) for i in range(processor.get_piece_size())]
+
+
+def _convert(translator):
+    """``(TransformerSpec, metadata)`` for a Translator."""
+    from ctranslate2.specs import common_spec, transformer_spec
+
+    import keras_transformer
+
+    model = translator.transformer
+    config = model.config
+    if config.max_length is None:
+        raise ValueError(
+            "The model has max_length=None; CTranslate2 needs a position table "
+            "of fixed size. Rebuild the Transformer with a max_length (its "
+            "weights do not depend on it) and export that."
+        )
+    if not (
+        getattr(model.source_embedding, "scale", True)
+        == getattr(model.target_embedding, "scale", True)
+    ):
+        raise ValueError(
+            "The source and target embeddings differ in scaling; CTranslate2 "
+            "scales both or neither."
+        )
+    epsilon = float(config.layer_norm_epsilon)
+    d_model = int(config.d_model)
+    pre_norm = bool(config.norm_first)
+    num_layers = int(config.num_layers)
+    heads = int(config.num_heads)
+    encoder = transformer_spec.TransformerEncoderSpec(
+        num_layers, heads, pre_norm=pre_norm, activation=common_spec.Activation.RELU
+    )
+    decoder = transformer_spec.TransformerDecoderSpec(
+        num_layers, heads, pre_norm=pre_norm, activation=common_spec.Activation.RELU
+    )
+    spec = transformer_spec.TransformerSpec(encoder, decoder)
+    if (
+        len(model.encoder_blocks) != num_layers
+        or len(model.decoder_blocks) != num_layers
+    ):
+        raise ValueError("The model's number of blocks differs from num_layers.")
+
+    source = _numpy(model.source_embedding.embeddings)
+    target = (
+        source
+        if model.target_embedding is model.source_embedding
+        else _numpy(model.target_embedding.embeddings)
+    )
+    encoder.embeddings[0].weight = source
+    decoder.embeddings.weight = target
+    decoder.projection.weight = target
+    scale = bool(getattr(model.source_embedding, "scale", True))
+    encoder.scale_embeddings = decoder.scale_embeddings = scale
+    rows = int(config.max_length)
+    encoder.position_encodings.encodings = _position_table(
+        model.encoder_position, rows, d_model
+    )
+    decoder.position_encodings.encodings = _position_table(
+        model.decoder_position, rows, d_model
+    )
+
+    for i, (block, layer) in enumerate(
+        zip(model.encoder_blocks, encoder.layer, strict=True)
+    ):
+        where = f"encoder block {i}"
+        _check_block(block, where)
+        _set_attention(layer.self_attention, block.self_attention, True, where)
+        _set_norm(
+            layer.self_attention.layer_norm,
+            block.self_attention_norm,
+            epsilon,
+            f"{where} self_attention_norm",
+        )
+        _set_feed_forward(layer.ffn, block, epsilon, where)
+    for i, (block, layer) in enumerate(
+        zip(model.decoder_blocks, decoder.layer, strict=True)
+    ):
+        where = f"decoder block {i}"
+        _check_block(block, where)
+        _set_attention(layer.self_attention, block.self_attention, True, where)
+        _set_norm(
+            layer.self_attention.layer_norm,
+            block.self_attention_norm,
+            epsilon,
+            f"{where} self_attention_norm",
+        )
+        _set_attention(layer.attention, block.cross_attention, False, where)
+        _set_norm(
+            layer.attention.layer_norm,
+            block.cross_attention_norm,
+            epsilon,
+            f"{where} cross_attention_norm",
+        )
+        _set_feed_forward(layer.ffn, block, epsilon, where)
+    if pre_norm:
+        _set_norm(encoder.layer_norm, model.encoder_norm, epsilon, "encoder_norm")
+        _set_norm(decoder.layer_norm, model.decoder_norm, epsilon, "decoder_norm")
+
+    pieces = _pieces(bytes(translator.tokenizer.proto))
+    special = {
+        "pad": PAD_ID,
+        "start": START_ID,
+        "end": END_ID,
+        "unk": UNK_ID,
+    }
+    special_pieces = {name: pieces[i] for name, i in special.items()}
+    spec.register_source_vocabulary(_vocabulary(pieces, model.src_vocab_size))
+    spec.register_target_vocabulary(_vocabulary(pieces, model.tgt_vocab_size))
+    spec.config.unk_token = special_pieces["unk"]
+    spec.config.bos_token = special_pieces["start"]
+    spec.config.eos_token = special_pieces["end"]
+    spec.config.decoder_start_token = special_pieces["start"]
+    spec.config.add_source_bos = False
+    spec.config.add_source_eos = False  # the sources come with their </s>
+    spec.config.layer_norm_epsilon = epsilon
+
+    policy = model.get_config().get("dtype")
+    metadata = {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "keras_transformer_version": keras_transformer.__version__,
+        "model": {
+            "src_vocab_size": int(model.src_vocab_size),
+            "tgt_vocab_size": int(model.tgt_vocab_size),
+            **dataclasses.asdict(config),
+            "dtype_policy": _policy_name(policy),
+        },
+        "max_length": rows,
+        "max_output_length": translator.max_output_length,
+        "extra_output_length": _extra_output_length(),
+        "tokenizer": {
+            "file": TOKENIZER_FILE,
+            "pieces": len(pieces),
+            "add_bos": False,
+            "add_eos": False,
+        },
+        "special_ids": special,
+        "special_pieces": special_pieces,
+        "sources_end_with": special_pieces["end"],
+        "length_penalty": {
+            "alpha": "GNMT: ((5 + |Y|) / 6) ** alpha, |Y| with the end token",
+            "default_alpha": 0.6,
+            "mapping": _LENGTH_PENALTY_MAPPING,
+            "patience": PATIENCE,
+        },
+    }
+    return spec, metadata
+
+
+def _policy_name(policy):
+    if isinstance(policy, dict):
+        return policy.get("config", {}).get("name")
+    return policy if isinstance(policy, str) else None
+
+
+def _extra_output_length():
+    from keras_transformer.translator import EXTRA_OUTPUT_LENGTH
+
+    return EXTRA_OUTPUT_LENGTH
+
+
+def _arrays(spec):
+    arrays = []
+
+    def visit(layer):
+        for value in vars(layer).values():
+            if isinstance(value, np.ndarray):
+                arrays.append(value)
+            elif isinstance(value, list):
+                for item in value:
+                    if hasattr(item, "__dict__"):
+                        visit(item)
+            elif hasattr(value, "__dict__") and not isinstance(value, type):
+                visit(value)
+
+    visit(spec)
+    return arrays

@@ -1,0 +1,375 @@
+"""A ``Translator`` as a TensorFlow SavedModel: strings in, strings out.
+
+``export_saved_model(translator, "exported/1")`` (or
+``translator.export("exported/1")``) writes a SavedModel whose signature
+``translate`` (also ``serving_default``) maps ``texts``, a ``tf.string``
+tensor of shape ``[None]``, to ``{"translations": tf.string [None]}``. It
+needs TensorFlow and ``tensorflow-text`` to load, nothing else: no Keras,
+no keras-hub, no ``keras_transformer``::
+
+    import tensorflow as tf
+    import tensorflow_text  # registers the SentencePiece ops
+
+    translate = tf.saved_model.load("exported/1").signatures["translate"]
+    translate(texts=tf.constant(["one hundred one"]))["translations"]
+
+For TensorFlow Serving, export to a numbered folder (``models/de_en/1``).
+Its model server links tensorflow-text's ops in (the SentencePiece ones
+used here are old ones); it runs XLA on the CPU only with
+``--xla_cpu_compilation_enabled=true``, and some GPU builds have no XLA
+compiler (tensorflow/serving#2214), which matters for ``jit_compile=True``
+exports (the default). This module's tests load the export with
+``tf.saved_model.load``; a model server was not tried.
+
+What the graph does is what ``Translator.translate`` does:
+
+- tokenize with the translator's SentencePiece model (a
+  ``tensorflow_text.SentencepieceTokenizer`` made from the same proto, kept
+  in the SavedModel as a resource), append ``END_ID``, and cut a source
+  longer than the model's ``max_length`` to its first ``max_length - 1``
+  tokens and ``END_ID`` (the translator warns about it; the graph cannot);
+- sort the sources by length and search in chunks of ``batch_size``
+  sentences, each padded to a power-of-two number of rows (at most
+  ``batch_size``) and to the translator's bucket widths (8, 16, 32, ... up
+  to ``max_length``), with the same output limit per sentence (source
+  length + 50, or ``max_output_length``, never more than ``max_length``);
+- search with ``keras_transformer.decoding`` (cached beam search, greedy
+  when ``beam_size=1``, stopping once the best hypothesis is settled as
+  ``Translator.translate`` does) in float32, XLA-compiled as the
+  translator's loop is on TensorFlow (``jit_compile=False``: plain
+  TensorFlow ops). The output width is a Python int of the search, so the
+  graph holds one search per output bucket that a chunk can need (limits of
+  at least 50 tokens: 64 and up; one with a fixed ``max_output_length``)
+  and picks one per chunk (``tf.switch_case``); rows and source width are
+  left dynamic, and XLA compiles each new shape on first use, once per
+  process (as for the translator);
+- cut each best hypothesis at ``END_ID``, drop padding and ``START_ID``,
+  detokenize, and put the sentences back in input order.
+
+The search's settings are fixed when exporting (default: 4 beams, α = 0.6)
+and recorded with the model, with the package version, the transformer's
+config and the source model's dtype policy: in ``assets/translation.json``
+and from ``tf.saved_model.load(path).metadata()`` (a dict of constants).
+
+A translator trained under ``mixed_bfloat16`` is exported as a float32 copy
+of its transformer (same weights): the SavedModel computes in float32.
+
+On JAX and PyTorch the backend's ops are not TensorFlow ops: the translator
+is saved to a temporary ``.keras`` file, and a subprocess with
+``KERAS_BACKEND=tensorflow`` loads and exports it (``python -m
+keras_transformer.export.saved_model MODEL.keras OUT``); its errors come
+back as the same exception types.
+
+The export is written to a temporary sibling of ``path`` and renamed into
+place: no half-written SavedModel is ever left at ``path``.
+"""
+
+import argparse
+import contextlib
+import dataclasses
+import gc
+import importlib
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import traceback
+import uuid
+import warnings
+
+# The signature's names, for callers: translate(texts=...)["translations"].
+from keras_transformer.export._saved_model_graph import (  # noqa: F401
+    INPUT,
+    OUTPUT,
+    SIGNATURE,
+    _write,
+)
+
+# Errors a subprocess export raises again as themselves in the caller.
+_RERAISED = {
+    error.__name__: error
+    for error in (
+        ValueError,
+        TypeError,
+        ImportError,
+        ModuleNotFoundError,
+        FileNotFoundError,
+        FileExistsError,
+        PermissionError,
+        OSError,
+        MemoryError,
+    )
+}
+
+
+def export_saved_model(
+    translator, path, search=None, overwrite=False, jit_compile=True, **options
+):
+    """Write ``translator`` as a TensorFlow SavedModel with a ``translate``
+    signature (see the module's docstring).
+
+    Args:
+        translator: a ``keras_transformer.Translator``.
+        path: the SavedModel's directory (created; its parent too).
+        search: optional ``SearchOptions``: ``beam_size``,
+            ``length_penalty``, ``max_output_length``, ``batch_size``
+            (sentences per search), ``use_cache``, fixed in the export;
+            ``verbose`` has no effect.
+        overwrite: replace what is at ``path``; otherwise a ``path`` that
+            exists and is not an empty directory is refused.
+        jit_compile: compile the searches with XLA, as the translator
+            does on TensorFlow (on a CPU, Multi30k's ``small`` model
+            translated its validation set about 20 % faster so, after a
+            first call that compiles). False: plain TensorFlow ops, for
+            servers without XLA (TensorFlow Serving runs XLA on the CPU
+            only with ``--xla_cpu_compilation_enabled=true``).
+        **options: ``SearchOptions`` fields, replacing ``search``'s.
+
+    Returns:
+        str: the absolute path of the SavedModel.
+
+    Raises:
+        TypeError, ValueError: bad search options (before anything is
+            written).
+        FileExistsError: ``path`` exists, is not empty and ``overwrite`` is
+            False; nothing is changed.
+        ImportError: ``tensorflow`` or ``tensorflow-text`` is not installed.
+        RuntimeError: the export subprocess (JAX, PyTorch) failed otherwise.
+    """
+    from keras_transformer.search_options import SearchOptions
+
+    search = SearchOptions.of(search, **options)
+    # A truthy string such as "no" must not replace a directory.
+    for name, value in (("overwrite", overwrite), ("jit_compile", jit_compile)):
+        if not isinstance(value, bool):
+            raise TypeError(f"{name} must be a bool. Received: {name}={value!r}")
+    _check_translator(translator)
+    path = os.path.abspath(os.fspath(path))
+    _check_target(path, overwrite)
+
+    import keras
+
+    in_process = keras.backend.backend() == "tensorflow"
+    _require_tensorflow_text(load=in_process)
+    parent = os.path.dirname(path)
+    os.makedirs(parent, exist_ok=True)
+    temp = _sibling(path)
+    try:
+        if in_process:
+            _write(translator, temp, search, jit_compile=jit_compile)
+        else:
+            _write_in_subprocess(translator, temp, search, jit_compile)
+        _replace(temp, path)
+    finally:
+        if os.path.lexists(temp):
+            shutil.rmtree(temp, ignore_errors=True)
+    return path
+
+
+# -- checks --------------------------------------------------------------------
+
+
+def _check_translator(translator):
+    from keras_transformer.translator import Translator
+
+    if not isinstance(translator, Translator):
+        raise TypeError(
+            "translator must be a keras_transformer.Translator. "
+            f"Received: {type(translator).__name__}"
+        )
+    translator.check_tokenizer()
+    if not isinstance(translator.transformer.max_length, int):
+        raise ValueError("the transformer must have an int max_length to export")
+
+
+def _check_target(path, overwrite):
+    if overwrite or not os.path.lexists(path):
+        return
+    if os.path.isdir(path) and not os.path.islink(path) and not os.listdir(path):
+        return
+    raise FileExistsError(
+        f"{path} exists and is not empty; choose another path or pass "
+        "overwrite=True to replace it."
+    )
+
+
+def _require_tensorflow_text(load=True):
+    """``ImportError`` naming the package unless TensorFlow and
+    tensorflow-text are installed: imported (``load``), or only found (the
+    export subprocess imports them)."""
+    messages = {
+        "tensorflow": "Exporting a SavedModel needs TensorFlow: pip install "
+        "tensorflow tensorflow-text",
+        "tensorflow_text": "Exporting a SavedModel needs the tensorflow-text "
+        "package (its SentencePiece ops tokenize inside the graph): pip "
+        "install tensorflow-text (the version that matches TensorFlow's)",
+    }
+    for module, message in messages.items():
+        if load:
+            try:
+                importlib.import_module(module)
+            except ImportError as error:
+                raise ImportError(message) from error
+        elif sys.modules.get(module, False) is None or not importlib.util.find_spec(
+            module
+        ):
+            raise ImportError(message)
+
+
+# -- files: a temporary sibling, renamed into place -------------------------------
+
+
+def _sibling(path):
+    """A new temporary name next to ``path``, in ``atomic``'s pattern."""
+    head, name = os.path.split(path)
+    return os.path.join(head, f".{name}.{uuid.uuid4().hex[:8]}.tmp")
+
+
+def _replace(temp, path):
+    """Move the finished export ``temp`` to ``path``; what was at ``path``
+    is moved aside first and deleted once the new one is in place."""
+    from keras_transformer.atomic import fsync_dir
+
+    old = None
+    if os.path.lexists(path):
+        old = _sibling(path)
+        os.replace(path, old)
+    try:
+        os.replace(temp, path)
+    except BaseException:
+        if old is not None:
+            os.replace(old, path)
+        raise
+    fsync_dir(os.path.dirname(path))
+    if old is not None:
+        if os.path.isdir(old) and not os.path.islink(old):
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.unlink(old)
+
+
+# -- the export in a TensorFlow subprocess (JAX, PyTorch) -------------------------
+
+
+def _write_in_subprocess(translator, directory, search, jit_compile):
+    import keras
+
+    import keras_transformer
+
+    # Next to the export (its file system has room for the model), not in
+    # /tmp; removed however the export ends.
+    head, name = os.path.split(directory)
+    with tempfile.TemporaryDirectory(prefix=f"{name}.", dir=head) as scratch:
+        model_path = os.path.join(scratch, "translator.keras")
+        result_path = os.path.join(scratch, "result.json")
+        translator.save(model_path)
+        environment = dict(os.environ, KERAS_BACKEND="tensorflow")
+        # Tracing and saving need no accelerator: the parent's (JAX holds
+        # most of a GPU's memory) are left alone.
+        environment["CUDA_VISIBLE_DEVICES"] = ""
+        environment.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        # This keras_transformer, wherever the parent found it.
+        package_root = os.path.dirname(os.path.dirname(keras_transformer.__file__))
+        paths = [package_root, *filter(None, [environment.get("PYTHONPATH")])]
+        environment["PYTHONPATH"] = os.pathsep.join(paths)
+        command = [
+            sys.executable,
+            "-m",
+            "keras_transformer.export.saved_model",
+            model_path,
+            directory,
+            "--search",
+            json.dumps(dataclasses.asdict(search)),
+            "--result",
+            result_path,
+        ]
+        if not jit_compile:
+            command.append("--no-jit-compile")
+        process = subprocess.run(
+            command, env=environment, capture_output=True, text=True, check=False
+        )
+        result = None
+        if os.path.exists(result_path):
+            with open(result_path, encoding="utf-8") as file:
+                result = json.load(file)
+    if process.returncode == 0 and result is not None and result.get("ok"):
+        return result["metadata"]
+    backend = keras.backend.backend()
+    if result is not None and not result.get("ok"):
+        error = _RERAISED.get(result["type"])
+        message = (
+            f"exporting the SavedModel (in a TensorFlow subprocess, from the "
+            f"{backend} backend) failed: {result['type']}: {result['message']}"
+        )
+        if error is None:  # unexpected: where it happened helps
+            raise RuntimeError(f"{message}\n{result.get('traceback', '')}")
+        raise error(message)
+    tail = (process.stderr or process.stdout or "").strip()[-3000:]
+    raise RuntimeError(
+        f"exporting the SavedModel (in a TensorFlow subprocess, from the "
+        f"{backend} backend) failed with exit status {process.returncode}:\n{tail}"
+    )
+
+
+def main(argv=None):
+    """The subprocess: load a ``.keras`` translator on TensorFlow and export
+    it to a directory that must not exist yet."""
+    parser = argparse.ArgumentParser(
+        prog="python -m keras_transformer.export.saved_model",
+        description="Export a Translator (.keras) as a TensorFlow SavedModel.",
+    )
+    parser.add_argument("model", help="a Translator saved as .keras")
+    parser.add_argument("output", help="the SavedModel directory to write")
+    parser.add_argument("--search", default="{}", help="SearchOptions fields, as JSON")
+    parser.add_argument(
+        "--result", help="write {'ok': ..., 'type', 'message'} here as JSON"
+    )
+    parser.add_argument(
+        "--no-jit-compile",
+        dest="jit_compile",
+        action="store_false",
+        help="searches as plain TensorFlow ops, not compiled with XLA",
+    )
+    args = parser.parse_args(argv)
+    try:
+        os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+        import keras
+
+        from keras_transformer.search_options import SearchOptions
+
+        if keras.backend.backend() != "tensorflow":
+            raise RuntimeError(
+                "the export subprocess needs KERAS_BACKEND=tensorflow, not "
+                f"{keras.backend.backend()}"
+            )
+        search = SearchOptions(**json.loads(args.search))
+        with warnings.catch_warnings():
+            # keras-hub 0.32 reads the vocabulary asset without closing it.
+            warnings.simplefilter("ignore", ResourceWarning)
+            translator = keras.saving.load_model(args.model)
+            gc.collect()
+        _check_translator(translator)
+        if os.path.lexists(args.output):
+            raise FileExistsError(f"{args.output} exists already")
+        metadata = _write(translator, args.output, search, args.jit_compile)
+        outcome = {"ok": True, "metadata": metadata}
+    except Exception as error:  # reported to the parent process
+        outcome = {
+            "ok": False,
+            "type": type(error).__name__,
+            "message": str(error),
+            "traceback": traceback.format_exc(limit=-8),
+        }
+        print(outcome["traceback"], file=sys.stderr)
+    if args.result:
+        with open(args.result, "w", encoding="utf-8") as file:
+            json.dump(outcome, file)
+    return 0 if outcome["ok"] else 1
+
+
+if __name__ == "__main__":
+    with contextlib.suppress(BrokenPipeError):
+        sys.exit(main())

@@ -1,0 +1,331 @@
+"""``Translator.export``: a TensorFlow SavedModel that translates strings.
+
+Per backend, one export of the trained number translator of
+``tests/fixtures/v0_2_0`` (saved as ``.keras`` in this backend, reloaded,
+exported: in process on TensorFlow, through a TensorFlow subprocess on JAX
+and PyTorch). A second process that imports only ``tensorflow`` and
+``tensorflow_text`` loads it and translates; its translations must equal
+``Translator.translate`` with the same search (the reference, computed
+here by the translator itself), for an empty sentence, one longer than the
+model's ``max_length``, unknown characters and more sentences than the
+export's ``batch_size``. The argument checks run once.
+"""
+
+import gc
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import warnings
+
+import keras
+import numpy as np
+import pytest
+
+import keras_transformer as kt
+from keras_transformer.data.numbers import english
+from keras_transformer.data.tokenizer import encode
+from keras_transformer.export import _saved_model_graph, saved_model
+from keras_transformer.special_tokens import END_ID, UNK_ID
+
+pytest.importorskip("tensorflow_text")
+
+FIXTURE = pathlib.Path(__file__).parent / "fixtures" / "v0_2_0" / "translator.keras"
+BATCH_SIZE = 16  # small, so that a few dozen sentences make several chunks
+MAX_LENGTH = 64  # the fixture's
+
+# Run by a fresh interpreter: argv[1] the SavedModel, stdin a JSON list of
+# batches; prints JSON. Imports nothing of Keras' world on purpose.
+LOADER = r"""
+import json, sys
+import tensorflow as tf
+import tensorflow_text
+before = set(sys.modules)
+model = tf.saved_model.load(sys.argv[1])
+translate = model.signatures["translate"]
+outputs = []
+for batch in json.loads(sys.stdin.read()):
+    result = translate(texts=tf.constant(batch, tf.string))
+    outputs.append([t.decode("utf-8") for t in result["translations"].numpy()])
+metadata = {}
+for key, value in model.metadata().items():
+    value = value.numpy()
+    value = value.decode() if isinstance(value, bytes) else value.item()
+    metadata[key] = value
+roots = lambda names: sorted({name.split(".")[0] for name in names})
+print(json.dumps({
+    "outputs": outputs,
+    "metadata": metadata,
+    "signature_inputs": sorted(translate.structured_input_signature[1]),
+    "signature_outputs": sorted(translate.structured_outputs),
+    "imported_by_tensorflow": roots(before),
+    "imported_since": roots(set(sys.modules) - before),
+}))
+"""
+
+
+def load_fixture():
+    with warnings.catch_warnings():
+        # keras-hub 0.32 reads the vocabulary asset with open() and no
+        # close(): a ResourceWarning, not ours (see tests/test_compat.py).
+        warnings.simplefilter("ignore", ResourceWarning)
+        translator = keras.saving.load_model(FIXTURE)
+        gc.collect()
+    return translator
+
+
+def sentences():
+    rng = np.random.default_rng(0)
+    numbers = [0, 7, 21, 101, 999, 4_321] + rng.integers(0, 10**6, 60).tolist()
+    texts = [english(int(n)) for n in numbers]
+    # A sentence longer than max_length (cut to its first 63 tokens + END),
+    # an empty one, and characters the vocabulary has never seen.
+    long = " ".join(english(n) for n in range(41, 61))
+    texts[10:10] = [long, "", "seven ☃ ünd 😀", "   "]
+    return texts
+
+
+def load_in_new_process(path, batches):
+    environment = {k: v for k, v in os.environ.items() if k != "KERAS_BACKEND"}
+    environment["TF_CPP_MIN_LOG_LEVEL"] = "3"
+    process = subprocess.run(
+        [sys.executable, "-c", LOADER, os.fspath(path)],
+        input=json.dumps(batches),
+        capture_output=True,
+        text=True,
+        env=environment,
+        timeout=600,
+    )
+    assert process.returncode == 0, process.stderr[-4000:]
+    return json.loads(process.stdout.strip().splitlines()[-1])
+
+
+def xla_functions(path):
+    """How many of the SavedModel's functions must be compiled with XLA."""
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    proto = saved_model_pb2.SavedModel()
+    proto.ParseFromString((pathlib.Path(path) / "saved_model.pb").read_bytes())
+    library = proto.meta_graphs[0].graph_def.library
+    return sum(
+        "_XlaMustCompile" in f.attr and f.attr["_XlaMustCompile"].b
+        for f in library.function
+    )
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    """The fixture saved in this backend, reloaded, exported (over a stale
+    directory, with ``overwrite=True``) and loaded by another process."""
+    folder = tmp_path_factory.mktemp("export")
+    load_fixture().save(folder / "translator.keras")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResourceWarning)
+        translator = keras.saving.load_model(folder / "translator.keras")
+        gc.collect()
+    path = folder / "saved_model"
+    path.mkdir()
+    (path / "stale.txt").write_text("from an earlier export")
+    returned = translator.export(path, batch_size=BATCH_SIZE, overwrite=True)
+    texts = sentences()
+    batches = [texts, []]
+    loaded = load_in_new_process(path, batches)
+    return translator, path, returned, texts, batches, loaded
+
+
+def reference(translator, texts):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        translations = translator.translate(texts, batch_size=BATCH_SIZE)
+    return translations, [str(w.message) for w in caught]
+
+
+def test_the_saved_model_translates_as_the_translator(exported):
+    translator, path, returned, texts, batches, loaded = exported
+    assert returned == os.path.abspath(path)
+    assert not (path / "stale.txt").exists()
+    ids = encode(translator.tokenizer, texts)
+    assert len(texts) > 4 * BATCH_SIZE
+    assert max(len(row) for row in ids) > MAX_LENGTH  # truncated
+    assert any(UNK_ID in row for row in ids)
+    want, messages = reference(translator, texts)
+    # The translator said what the SavedModel does silently.
+    assert any("longer than the model's max_length=64" in m for m in messages)
+    assert any("never seen" in m for m in messages)
+    got = loaded["outputs"]
+    assert got[0] == want
+    assert got[1] == []  # no sentences
+    # A real translation task: most numbers come out as German words.
+    assert want[:6] == TRANSLATIONS_0_2_0
+    # The searches are XLA functions, loaded and run by tf.saved_model.load.
+    assert xla_functions(path) >= 1
+    assert loaded["signature_inputs"] == ["texts"]
+    assert loaded["signature_outputs"] == ["translations"]
+
+
+# What 0.2.0 gave for the first six sentences (tests/fixtures/v0_2_0).
+TRANSLATIONS_0_2_0 = json.loads(
+    (FIXTURE.parent / "expected.json").read_text(encoding="utf-8")
+)["beam4"]
+
+
+def test_the_loading_process_imports_neither_keras_hub_nor_this_package(exported):
+    loaded = exported[-1]
+    everything = set(loaded["imported_by_tensorflow"]) | set(loaded["imported_since"])
+    assert "keras_transformer" not in everything
+    assert "keras_hub" not in everything
+    # `import tensorflow` imports Keras itself when it is installed (TF 2.21
+    # loads keras.src.optimizers eagerly); loading and translating add no
+    # Keras, JAX, PyTorch or SentencePiece module of their own.
+    for name in ("keras", "jax", "torch", "sentencepiece", "tf_keras"):
+        assert name not in loaded["imported_since"]
+
+
+def test_the_search_settings_are_recorded(exported):
+    translator, path, _, _, _, loaded = exported
+    metadata = loaded["metadata"]
+    assert metadata["beam_size"] == 4
+    assert metadata["length_penalty"] == pytest.approx(0.6)
+    assert metadata["batch_size"] == BATCH_SIZE
+    assert metadata["keras_transformer_version"] == kt.__version__
+    assert json.loads(metadata["model_config"])["max_length"] == MAX_LENGTH
+    written = json.loads((path / "assets" / "translation.json").read_text())
+    assert written["beam_size"] == 4 and written["length_penalty"] == 0.6
+    assert written["jit_compile"] is True
+    assert written["model_config"]["d_model"] == translator.transformer.d_model
+    assert written["source_widths"] == [8, 16, 32, 64]
+    # Every output limit is at least 50 (source + 50) and at most 64.
+    assert written["output_widths"] == [64]
+
+
+# -- argument checks (the same on every backend) ---------------------------------
+
+
+@pytest.fixture(scope="module")
+def translator():
+    return load_fixture()
+
+
+@pytest.mark.once
+def test_an_existing_path_is_refused_and_left_alone(translator, tmp_path):
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "saved_model.pb").write_bytes(b"old")
+    with pytest.raises(FileExistsError, match="overwrite=True"):
+        translator.export(tmp_path / "model")
+    assert (tmp_path / "model" / "saved_model.pb").read_bytes() == b"old"
+    assert sorted(os.listdir(tmp_path)) == ["model"]
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(FileExistsError):
+        saved_model.export_saved_model(translator, tmp_path / "file")
+    assert (tmp_path / "file").read_text() == "x"
+
+
+@pytest.mark.once
+@pytest.mark.parametrize(
+    "options, error, match",
+    [
+        ({"beam_size": 0}, ValueError, "beam_size"),
+        ({"length_penalty": "0.6"}, TypeError, "length_penalty"),
+        ({"batch_size": 0}, ValueError, "batch_size"),
+        ({"beam": 4}, TypeError, "Unknown search options"),
+        ({"search": {"beam_size": 4}}, TypeError, "SearchOptions"),
+        ({"jit_compile": "yes"}, TypeError, "jit_compile"),
+        ({"overwrite": "no"}, TypeError, "overwrite"),
+    ],
+)
+def test_bad_options_are_refused_before_anything_is_written(
+    translator, tmp_path, options, error, match
+):
+    with pytest.raises(error, match=match):
+        translator.export(tmp_path / "model", **options)
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.once
+def test_only_a_translator_exports(tmp_path):
+    with pytest.raises(TypeError, match="Translator"):
+        saved_model.export_saved_model(object(), tmp_path / "model")
+
+
+@pytest.mark.once
+def test_without_tensorflow_text_the_error_names_it(translator, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "tensorflow_text", None)
+    with pytest.raises(ImportError, match="tensorflow-text"):
+        translator.export(tmp_path / "model")
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.once
+def test_the_subprocess_reports_its_errors(tmp_path):
+    """``main`` (the export subprocess) reports a failure as a type and a
+    message, which the parent raises again."""
+    result = tmp_path / "result.json"
+    code = saved_model.main(
+        [os.fspath(tmp_path / "missing.keras"), os.fspath(tmp_path / "out")]
+        + ["--search", '{"beam_size": 0}', "--result", os.fspath(result)]
+    )
+    assert code == 1
+    outcome = json.loads(result.read_text())
+    assert not outcome["ok"]
+    assert outcome["type"] in ("ValueError", "RuntimeError")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.once
+def test_only_the_output_widths_a_chunk_can_need_are_compiled():
+    widths = _saved_model_graph._output_widths
+    assert _saved_model_graph._widths(256) == [8, 16, 32, 64, 128, 256]
+    assert _saved_model_graph._widths(100) == [8, 16, 32, 64, 100]
+    assert widths(256, None) == [64, 128, 256]  # limits from 50 to 256
+    assert widths(40, None) == [40]
+    assert widths(256, 12) == [16]  # a fixed limit: one width
+    assert widths(256, 1000) == [256]
+
+
+# -- other searches, TensorFlow only (in process: what they add is the graph) --
+# Without XLA where XLA does not matter: a compilation per shape costs
+# seconds.
+
+
+def in_process(path, texts):
+    import tensorflow as tf
+
+    translate = tf.saved_model.load(os.fspath(path)).signatures["translate"]
+    result = translate(texts=tf.constant(texts, tf.string))["translations"]
+    return [text.decode("utf-8") for text in result.numpy()]
+
+
+@pytest.mark.once("tensorflow")
+def test_several_output_widths_are_chosen_per_chunk(translator, tmp_path):
+    """The fixture's weights in a model of max_length=128, greedy search
+    without the cache (the quickest to compile): output limits of 51 and 85
+    tokens need the widths 64 and 128 in one call (one sentence per
+    chunk)."""
+    config = dict(translator.transformer.get_config(), max_length=128)
+    transformer = type(translator.transformer).from_config(config)
+    transformer.set_weights(translator.transformer.get_weights())
+    wide = kt.Translator(translator.tokenizer, transformer)
+    texts = [" ".join(english(n) for n in range(41, 41 + k)) for k in (8, 1)]
+    # Output limits (tokens without END, + 50) in 128's and 64's bucket.
+    limits = [len(row) - 1 + 50 for row in encode(wide.tokenizer, texts)]
+    assert limits[1] <= 64 < limits[0] <= 128
+    options = dict(beam_size=1, batch_size=1, use_cache=False)
+    path = wide.export(tmp_path / "model", jit_compile=False, **options)
+    path = pathlib.Path(path)
+    written = json.loads((path / "assets" / "translation.json").read_text())
+    assert written["output_widths"] == [64, 128]
+    assert not written["jit_compile"] and xla_functions(path) == 0
+    assert in_process(path, texts) == wide.translate(texts, **options)
+
+
+@pytest.mark.once("tensorflow")
+def test_a_fixed_output_limit(translator, tmp_path):
+    texts = [english(n) for n in (7, 777_777, 123_456, 21)]
+    options = dict(beam_size=2, max_output_length=12, batch_size=4)
+    path = translator.export(tmp_path / "model", jit_compile=False, **options)
+    want = translator.translate(texts, **options)
+    ids = translator.translate_ids(texts, **options)
+    assert in_process(path, texts) == want
+    # The limit cut some translations (12 tokens, no END).
+    assert any(len(row) == 12 and row[-1] != END_ID for row in ids)
