@@ -162,41 +162,9 @@ def mapped_alpha(alpha, lengths):
     return alpha * sum(ratios) / len(ratios)
 
 
-def measure(
-    model,
-    source,
-    reference=None,
-    limit=None,
-    beam_size=4,
-    length_penalty=0.6,
-    patience=(1.0, 2.0),
-    include_native=False,
-    speed=False,
-    batch_sizes=(16, 32, 64, 128, 256),
-    inter_threads=(1, 2),
-    repeats=1,
-    out=None,
-):
-    import keras
-
-    from keras_transformer.export.ctranslate2 import (
-        export_ctranslate2,
-        load_ctranslate2,
-    )
-
-    texts = read_lines(source, limit)
-    references = read_lines(reference, limit) if reference else None
-    translator, policy = load_float32_translator(model)
-    result = {
-        "model": os.fspath(model),
-        "dtype_policy": policy,
-        "backend": keras.backend.backend(),
-        "sentences": len(texts),
-        "beam_size": beam_size,
-        "length_penalty": length_penalty,
-        "cpus": os.cpu_count(),
-        "runs": [],
-    }
+def recorder(result, references):
+    """A ``record(name, outputs, seconds, reference_outputs, **extra)`` that
+    prints a run's row and adds it to ``result["runs"]``."""
 
     def record(name, outputs, seconds, reference_outputs, **extra):
         row = {
@@ -212,7 +180,11 @@ def measure(
         print(json.dumps(row), flush=True)
         return row
 
-    search = dict(beam_size=beam_size, length_penalty=length_penalty)
+    return record
+
+
+def run_ours(translator, texts, beam_size, length_penalty, record):
+    """Our greedy and beam outputs, recorded, and the beam outputs' lengths."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # long or unknown sources
         translator.translate(texts[:8], beam_size=1)  # compiles
@@ -231,74 +203,144 @@ def measure(
                 texts, beam_size=beam_size, length_penalty=length_penalty
             )
         ]
+    return ours_greedy, ours_beam, ours_lengths
+
+
+def export_both(translator, work, result):
+    """Export float32 and int8 under ``work``; ``{kind: path}``, timed."""
+    from keras_transformer.export.ctranslate2 import export_ctranslate2
+
+    paths = {}
+    for kind in ("float32", "int8"):
+        paths[kind], seconds = timed(
+            lambda kind=kind: export_ctranslate2(
+                translator,
+                os.path.join(work, kind),
+                quantization=None if kind == "float32" else kind,
+                overwrite=True,
+            )
+        )
+        result[f"export_{kind}_seconds"] = round(seconds, 2)
+    return paths
+
+
+def run_export(kind, path, translator, texts, ours, search, patience, record):
+    """One export's greedy and GNMT re-ranked beam runs, for each patience."""
+    from keras_transformer.export.ctranslate2 import load_ctranslate2
+
+    ours_greedy, ours_beam = ours
+    beam_size = search["beam_size"]
+    fast = load_ctranslate2(path)
+    fast.translate(texts[:8])  # warm-up
+    outputs, seconds = timed(lambda fast=fast: fast.translate(texts, beam_size=1))
+    record(
+        f"ctranslate2 {kind} greedy",
+        outputs,
+        seconds,
+        ours_greedy,
+        engine=fast.engine,
+        batch_size=fast.default_batch_size,
+    )
+    for value in patience:
+        fast = load_ctranslate2(path, patience=value)
+        outputs, seconds = timed(
+            lambda fast=fast: fast.translate(
+                texts, beam_size=beam_size, length_penalty=search["length_penalty"]
+            )
+        )
+        record(
+            f"ctranslate2 {kind} beam {beam_size}, GNMT re-ranking, patience {value}",
+            outputs,
+            seconds,
+            ours_beam,
+            engine=fast.engine,
+            batch_size=fast.default_batch_size,
+            differences=differences(
+                translator, fast, texts, outputs, ours_beam, search
+            ),
+        )
+
+
+def run_native(kind, path, texts, ours_beam, ours_lengths, search, record):
+    """One export with CTranslate2's own ranking, alpha as given and mapped."""
+    from keras_transformer.export.ctranslate2 import load_ctranslate2
+
+    beam_size, length_penalty = search["beam_size"], search["length_penalty"]
+    fast = load_ctranslate2(path)
+    fitted = mapped_alpha(length_penalty, ours_lengths)
+    for name, alpha in (
+        ("as given", length_penalty),
+        ("mapped", fitted),
+    ):
+        outputs, seconds = timed(
+            lambda alpha=alpha, fast=fast: native(fast, texts, beam_size, alpha)
+        )
+        record(
+            f"ctranslate2 {kind} beam {beam_size}, its own "
+            f"|Y|**alpha, alpha {name} ({alpha:.3f})",
+            outputs,
+            seconds,
+            ours_beam,
+        )
+
+
+def measure(
+    model,
+    source,
+    reference=None,
+    limit=None,
+    beam_size=4,
+    length_penalty=0.6,
+    patience=(1.0, 2.0),
+    include_native=False,
+    speed=False,
+    batch_sizes=(16, 32, 64, 128, 256),
+    inter_threads=(1, 2),
+    repeats=1,
+    out=None,
+):
+    """Every run of the module's docstring, as a JSON-ready dict."""
+    import keras
+
+    texts = read_lines(source, limit)
+    references = read_lines(reference, limit) if reference else None
+    translator, policy = load_float32_translator(model)
+    result = {
+        "model": os.fspath(model),
+        "dtype_policy": policy,
+        "backend": keras.backend.backend(),
+        "sentences": len(texts),
+        "beam_size": beam_size,
+        "length_penalty": length_penalty,
+        "cpus": os.cpu_count(),
+        "runs": [],
+    }
+    record = recorder(result, references)
+    search = dict(beam_size=beam_size, length_penalty=length_penalty)
+    ours_greedy, ours_beam, ours_lengths = run_ours(
+        translator, texts, beam_size, length_penalty, record
+    )
 
     work = out or tempfile.mkdtemp(prefix="ct2_parity_")
     try:
-        paths = {}
-        for kind in ("float32", "int8"):
-            paths[kind], seconds = timed(
-                lambda kind=kind: export_ctranslate2(
-                    translator,
-                    os.path.join(work, kind),
-                    quantization=None if kind == "float32" else kind,
-                    overwrite=True,
-                )
-            )
-            result[f"export_{kind}_seconds"] = round(seconds, 2)
+        paths = export_both(translator, work, result)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)
             for kind, path in paths.items():
-                fast = load_ctranslate2(path)
-                fast.translate(texts[:8])  # warm-up
-                outputs, seconds = timed(
-                    lambda fast=fast: fast.translate(texts, beam_size=1)
+                run_export(
+                    kind,
+                    path,
+                    translator,
+                    texts,
+                    (ours_greedy, ours_beam),
+                    search,
+                    patience,
+                    record,
                 )
-                record(
-                    f"ctranslate2 {kind} greedy",
-                    outputs,
-                    seconds,
-                    ours_greedy,
-                    engine=fast.engine,
-                    batch_size=fast.default_batch_size,
-                )
-                for value in patience:
-                    fast = load_ctranslate2(path, patience=value)
-                    outputs, seconds = timed(
-                        lambda fast=fast: fast.translate(
-                            texts, beam_size=beam_size, length_penalty=length_penalty
-                        )
-                    )
-                    record(
-                        f"ctranslate2 {kind} beam {beam_size}, GNMT re-ranking, "
-                        f"patience {value}",
-                        outputs,
-                        seconds,
-                        ours_beam,
-                        engine=fast.engine,
-                        batch_size=fast.default_batch_size,
-                        differences=differences(
-                            translator, fast, texts, outputs, ours_beam, search
-                        ),
-                    )
                 if include_native:
-                    fast = load_ctranslate2(path)
-                    fitted = mapped_alpha(length_penalty, ours_lengths)
-                    for name, alpha in (
-                        ("as given", length_penalty),
-                        ("mapped", fitted),
-                    ):
-                        outputs, seconds = timed(
-                            lambda alpha=alpha, fast=fast: native(
-                                fast, texts, beam_size, alpha
-                            )
-                        )
-                        record(
-                            f"ctranslate2 {kind} beam {beam_size}, its own "
-                            f"|Y|**alpha, alpha {name} ({alpha:.3f})",
-                            outputs,
-                            seconds,
-                            ours_beam,
-                        )
+                    run_native(
+                        kind, path, texts, ours_beam, ours_lengths, search, record
+                    )
             if speed:
                 result["speed"] = speed_grid(
                     paths,

@@ -9,7 +9,8 @@ warm up (every compiled shape is built), then once timed. Systems:
 ``keras-<backend>`` (``Translator.translate``, the search in float32),
 ``keras-tensorflow-policy`` (the model's own dtype policy, e.g.
 ``mixed_bfloat16``), ``ctranslate2-float32`` and ``ctranslate2-int8``
-(``kt-export --format ctranslate2``, the export's default batching), and
+(``kt-export --format ctranslate2``, the export's default batching; Keras on
+its NumPy backend in that process, so no TensorFlow or JAX is loaded), and
 ``saved_model`` (``Translator.export``, loaded with ``tf.saved_model.load`` in
 a process that imports only TensorFlow and tensorflow-text). Exports are
 written under ``--work`` first. Reported per system and search (beam 4,
@@ -138,7 +139,9 @@ def _child(args):
 
 
 def _run_child(system, search, args, work):
-    backend = system.split("-")[1] if system.startswith("keras-") else "tensorflow"
+    # An export's process needs no deep-learning backend: Keras (imported
+    # with this package) runs on NumPy there, TensorFlow stays out.
+    backend = system.split("-")[1] if system.startswith("keras-") else "numpy"
     command = python_module(
         "benchmarks.deploy_speed",
         "--child",

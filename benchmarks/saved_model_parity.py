@@ -68,6 +68,63 @@ def median(times):
     return times[len(times) // 2]
 
 
+def export_timed(translator, output, batch_size, jit_compile, search):
+    """Export ``translator`` to ``output``; ``(seconds, bytes written)``."""
+    start = time.perf_counter()
+    translator.export(
+        output,
+        batch_size=batch_size,
+        overwrite=True,
+        jit_compile=jit_compile,
+        **search,
+    )
+    export_seconds = time.perf_counter() - start
+    size = sum(
+        os.path.getsize(os.path.join(root, name))
+        for root, _, names in os.walk(output)
+        for name in names
+    )
+    return export_seconds, size
+
+
+def callers(loaded, translator, texts, batch_size, search):
+    """``(exported, translated)``: the SavedModel's and the float32
+    reference's translation of ``texts``, each a call without arguments."""
+    import tensorflow as tf
+
+    signature = loaded.signatures["translate"]
+    inputs = tf.constant(texts, tf.string)
+
+    def exported():
+        result = signature(texts=inputs)["translations"].numpy()
+        return [text.decode("utf-8") for text in result]
+
+    reference = float32_reference(translator)
+
+    def translated():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # <unk>, too long
+            return reference.translate(texts, batch_size=batch_size, **search)
+
+    return exported, translated
+
+
+def time_both(exported, translated, repeats):
+    """``(got, want, first, warm)``: the outputs, first-call and warm times."""
+    first = {}
+    start = time.perf_counter()
+    got = exported()
+    first["saved_model"] = time.perf_counter() - start
+    start = time.perf_counter()
+    want = translated()
+    first["translator"] = time.perf_counter() - start
+    warm = {"saved_model": [], "translator": []}
+    for _ in range(repeats):  # in turns, so that both see the same load
+        warm["saved_model"] += call_times(exported, 1)
+        warm["translator"] += call_times(translated, 1)
+    return got, want, first, warm
+
+
 def measure(
     model,
     source,
@@ -79,6 +136,7 @@ def measure(
     repeats=1,
     jit_compile=True,
 ):
+    """The comparison of the module's docstring, as a JSON-ready dict."""
     import keras
     import tensorflow as tf
 
@@ -92,48 +150,15 @@ def measure(
         folder = tempfile.mkdtemp(prefix="saved-model-parity-")
         output = os.path.join(folder, "saved_model")
     try:
-        start = time.perf_counter()
-        translator.export(
-            output,
-            batch_size=batch_size,
-            overwrite=True,
-            jit_compile=jit_compile,
-            **search,
-        )
-        export_seconds = time.perf_counter() - start
-        size = sum(
-            os.path.getsize(os.path.join(root, name))
-            for root, _, names in os.walk(output)
-            for name in names
+        export_seconds, size = export_timed(
+            translator, output, batch_size, jit_compile, search
         )
         start = time.perf_counter()
         loaded = tf.saved_model.load(output)
         load_seconds = time.perf_counter() - start
-        signature = loaded.signatures["translate"]
-        inputs = tf.constant(texts, tf.string)
-
-        def exported():
-            result = signature(texts=inputs)["translations"].numpy()
-            return [text.decode("utf-8") for text in result]
-
-        reference = float32_reference(translator)
-
-        def translated():
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", UserWarning)  # <unk>, too long
-                return reference.translate(texts, batch_size=batch_size, **search)
-
-        first = {}
-        start = time.perf_counter()
-        got = exported()
-        first["saved_model"] = time.perf_counter() - start
-        start = time.perf_counter()
-        want = translated()
-        first["translator"] = time.perf_counter() - start
-        warm = {"saved_model": [], "translator": []}
-        for _ in range(repeats):  # in turns, so that both see the same load
-            warm["saved_model"] += call_times(exported, 1)
-            warm["translator"] += call_times(translated, 1)
+        got, want, first, warm = time_both(
+            *callers(loaded, translator, texts, batch_size, search), repeats
+        )
         metadata = json.loads(
             tf.io.read_file(loaded.metadata_file.asset_path).numpy().decode()
         )

@@ -58,6 +58,7 @@ import numpy as np
 from keras import ops
 
 from keras_transformer import _checks, _inputs, backend
+from keras_transformer._search_steps import _search_loop
 from keras_transformer.special_tokens import END_ID, PAD_ID, START_ID
 
 # Log-probability of an impossible candidate. Finite, so that arithmetic on it
@@ -73,93 +74,7 @@ def length_penalty(length, alpha):
     return ((5.0 + length) / 6.0) ** alpha
 
 
-# -- one decoding step, with and without a cache ----------------------------------
-
-
-def _repeated(structure, repeats):
-    """Each row of every tensor in ``structure`` repeated ``repeats`` times
-    (row b becomes rows b * repeats ... b * repeats + repeats - 1)."""
-    if repeats == 1:
-        return structure
-    return keras.tree.map_structure(lambda x: ops.repeat(x, repeats, axis=0), structure)
-
-
-def _cached_step(model, source_ids, max_length, repeats):
-    """``(step, initial_state, grow)``: next-token logits from a key/value
-    cache. The source is encoded, and its cross-attention keys and values
-    projected, once per sentence, then repeated for each of its ``repeats``
-    hypotheses."""
-    encoder_outputs, encoder_mask = model.encode(source_ids)
-    self_cache, cross_cache = model.initial_cache(encoder_outputs, max_length)
-    self_cache, cross_cache, encoder_mask = _repeated(
-        (self_cache, cross_cache, encoder_mask), repeats
-    )
-
-    def step(tokens, index, state):
-        return model.decode_step(tokens, index, state, cross_cache, encoder_mask)
-
-    return step, self_cache, getattr(model, "grow_cache", None)
-
-
-def _uncached_step(model, source_ids, max_length, repeats):
-    """``(step, initial_state, None)``: next-token logits from the decoder on
-    the whole prefix; the state is the decoder input, the prefix then
-    padding."""
-    encoder_outputs, encoder_mask = _repeated(model.encode(source_ids), repeats)
-    rows = ops.shape(encoder_outputs)[0]
-
-    def step(tokens, index, state):
-        columns = ops.arange(ops.shape(state)[1])
-        state = ops.where(
-            ops.equal(columns, index)[None, :],
-            ops.cast(tokens, "int32")[:, None],
-            state,
-        )
-        # (B, T, V): position t only sees positions <= t (causal mask).
-        logits = model.decode(state, encoder_outputs, encoder_mask)
-        return ops.take(logits, index, axis=1), state
-
-    return step, ops.zeros((rows, max_length), "int32"), None
-
-
-# A cached search starts with a cache this wide and doubles it when a step
-# reaches its end: a step reads (and beam search reorders) the whole cache,
-# and most sentences end long before the output limit.
-FIRST_CACHE_WIDTH = 16
-
-
-def _stages(max_length, growable):
-    """The cache widths a search passes through, ending at ``max_length``."""
-    widths = []
-    width = FIRST_CACHE_WIDTH
-    while growable and width < max_length:
-        widths.append(width)
-        width *= 2
-    return widths + [max_length]
-
-
-def _search_loop(model, source_ids, max_length, use_cache, repeats, cond, body, start):
-    """Run ``body(step, *carry) -> carry`` while ``cond(*carry)``; the step's
-    state is the carry's last item. ``carry[0]`` is the step index.
-
-    With a cache the model can grow (``grow_cache``), the loop runs in
-    stages of cache width 16, 32, ... up to ``max_length``: each stage ends
-    when the search is done or its cache is full, and the next one starts
-    from a copy of the cache made wider (once all rows are done it costs
-    only that copy)."""
-    make = _cached_step if use_cache else _uncached_step
-    widths = _stages(max_length, use_cache and hasattr(model, "grow_cache"))
-    step, state, grow = make(model, source_ids, widths[0], repeats)
-    carry = tuple(start) + (state,)
-    for n, width in enumerate(widths):
-        if n:
-            carry = carry[:-1] + (grow(carry[-1], width),)
-        carry = ops.while_loop(
-            lambda *c, width=width: ops.logical_and(ops.less(c[0], width), cond(*c)),
-            lambda *c: body(step, *c),
-            carry,
-        )
-    return carry
+# -- one decoding step ---------------------------------------------------------------
 
 
 def _log_probs(logits, ids):
@@ -217,6 +132,45 @@ def _greedy(model, source_ids, max_lengths, max_length, use_cache, ids):
     return output, scores
 
 
+def _settled(log_probs, lengths, finished, top_n, final_penalty, alpha):
+    """``(B,)``: True where an input's ``top_n`` best hypotheses (the beam is
+    best first) are finished and no unfinished one can ever outrank them:
+    its log P only falls with each token, and its length penalty is at most
+    that of the output limit, so its final score is at most
+    log P / lp(limit)."""
+    # The n-th score is recomputed, not read from top_k's values: using
+    # those values makes XLA:CPU's step several times slower.
+    nth = log_probs[:, top_n - 1] / length_penalty(
+        ops.cast(lengths[:, top_n - 1], "float32"), alpha
+    )
+    best_open = ops.max(ops.where(finished, IMPOSSIBLE, log_probs), axis=1)
+    return ops.logical_and(
+        ops.all(finished[:, :top_n], axis=1),
+        ops.logical_or(
+            ops.all(finished, axis=1),
+            ops.greater_equal(nth, best_open / final_penalty),
+        ),
+    )
+
+
+def _beam_start(rows, k, max_length, limits, ids):
+    """The beam search's first loop values, before the step's state: index,
+    tokens, output, log P, lengths, finished, done."""
+    # All K hypotheses start as the same [START]; only the first may be
+    # extended at the first step, or the beam would hold K copies.
+    first = ops.equal(ops.arange(k), 0)[None, :]
+    nothing_to_do = ops.less_equal(limits, 0)
+    return (
+        ops.convert_to_tensor(0, "int32"),
+        ops.full((rows * k,), ids.start, "int32"),
+        ops.full((rows, k, max_length), ids.pad, "int32"),
+        ops.where(first, 0.0, IMPOSSIBLE) + ops.zeros((rows, k), "float32"),
+        ops.zeros((rows, k), "int32"),
+        ops.logical_and(nothing_to_do, ops.ones((rows, k), "bool")),
+        nothing_to_do[:, 0],
+    )
+
+
 def _beam(
     model,
     source_ids,
@@ -270,23 +224,8 @@ def _beam(
         finished = ops.logical_or(
             parent_finished, _stops(chosen, index, limits, ids.end)
         )
-        # An input is done when its top_n hypotheses are finished and no
-        # unfinished one can ever outrank them: its log P only falls with
-        # each token, and its length penalty is at most that of the output
-        # limit, so its final score is at most log P / lp(limit).
-        # (The n-th score is recomputed, not read from top_k's values: using
-        # those values makes XLA:CPU's step several times slower.)
-        best_open = ops.max(ops.where(finished, IMPOSSIBLE, log_probs), axis=1)
-        settled = ops.logical_or(
-            ops.all(finished, axis=1),
-            ops.greater_equal(
-                log_probs[:, top_n - 1]
-                / length_penalty(ops.cast(lengths[:, top_n - 1], "float32"), alpha),
-                best_open / final_penalty,
-            ),
-        )
         done = ops.logical_or(
-            done, ops.logical_and(ops.all(finished[:, :top_n], axis=1), settled)
+            done, _settled(log_probs, lengths, finished, top_n, final_penalty, alpha)
         )
         # Each kept hypothesis continues its parent's tokens, cache and state.
         output = ops.take_along_axis(output, parents[:, :, None], axis=1)
@@ -306,19 +245,7 @@ def _beam(
             state,
         )
 
-    # All K hypotheses start as the same [START]; only the first may be
-    # extended at the first step, or the beam would hold K copies.
-    first = ops.equal(ops.arange(k), 0)[None, :]
-    nothing_to_do = ops.less_equal(limits, 0)
-    start = (
-        ops.convert_to_tensor(0, "int32"),
-        ops.full((rows * k,), ids.start, "int32"),
-        ops.full((rows, k, max_length), ids.pad, "int32"),
-        ops.where(first, 0.0, IMPOSSIBLE) + ops.zeros((rows, k), "float32"),
-        ops.zeros((rows, k), "int32"),
-        ops.logical_and(nothing_to_do, ops.ones((rows, k), "bool")),
-        nothing_to_do[:, 0],
-    )
+    start = _beam_start(rows, k, max_length, limits, ids)
     _, _, output, log_probs, lengths, _, _, _ = _search_loop(
         model, source_ids, max_length, use_cache, k, cond, body, start
     )

@@ -219,15 +219,9 @@ class Transformer(GuardedModel):
         return tuple(self_cache), tuple(cross_cache)
 
     def grow_cache(self, self_cache, max_length):
-        """``self_cache`` (from ``initial_cache`` or ``decode_step``) made
-        ``max_length`` positions wide, its entries kept; the searches start
-        with a narrow cache and grow it when a step reaches its end."""
-
-        def wider(x):
-            extra = max_length - ops.shape(x)[2]  # (B, H, T, d_k)
-            return ops.pad(x, [[0, 0], [0, 0], [0, extra], [0, 0]])
-
-        return keras.tree.map_structure(wider, self_cache)
+        """``self_cache`` made ``max_length`` positions wide, entries kept."""
+        pad = lambda x: [[0, 0], [0, 0], [0, max_length - x.shape[2]], [0, 0]]  # noqa: E731
+        return keras.tree.map_structure(lambda x: ops.pad(x, pad(x)), self_cache)
 
     def decode_step(self, token_ids, index, self_cache, cross_cache, encoder_mask):
         """One step of incremental decoding, in inference mode (§3.2.3).

@@ -24,6 +24,7 @@ import numpy as np
 import pytest
 
 import keras_transformer as kt
+from keras_transformer.cli import _saved_model_child
 from keras_transformer.data.numbers import english
 from keras_transformer.data.tokenizer import encode
 from keras_transformer.export import _saved_model_graph, saved_model
@@ -261,7 +262,7 @@ def test_the_subprocess_reports_its_errors(tmp_path):
     """``main`` (the export subprocess) reports a failure as a type and a
     message, which the parent raises again."""
     result = tmp_path / "result.json"
-    code = saved_model.main(
+    code = _saved_model_child.main(
         [os.fspath(tmp_path / "missing.keras"), os.fspath(tmp_path / "out")]
         + ["--search", '{"beam_size": 0}', "--result", os.fspath(result)]
     )

@@ -95,8 +95,9 @@ def test_backend_imports_in_few_modules():
     """TensorFlow, JAX and PyTorch are imported by backend.py, and by the
     modules about per-backend trainer behaviour (fault safety, data
     parallelism, several JAX processes); the commands start TensorFlow with
-    its C++ logs silenced, and a training run checks that TensorBoard's
-    TensorFlow is there before it writes logs."""
+    its C++ logs silenced, a training run checks that TensorBoard's
+    TensorFlow is there before it writes logs, and the SavedModel export
+    builds a TensorFlow graph."""
     allowed = {
         "backend.py",
         "_fault_safe.py",
@@ -104,6 +105,8 @@ def test_backend_imports_in_few_modules():
         "cluster.py",
         "cli/_process.py",
         "trainer/fitting.py",
+        "export/saved_model.py",
+        "export/_saved_model_graph.py",
     }
     for path in PACKAGE:
         frameworks = {m.split(".")[0] for m in imported_modules(path)} & {

@@ -96,18 +96,10 @@ def _write(translator, directory, search, jit_compile=True):
 
     from keras_transformer import decoding
     from keras_transformer.data.tokenizer import special_ids
-    from keras_transformer.translator import EXTRA_OUTPUT_LENGTH
 
     transformer = _float32_transformer(translator.transformer)
-    max_length = int(transformer.max_length)
     ids = decoding._special_ids(**special_ids(translator.tokenizer))
     metadata = _metadata(translator, transformer, search, jit_compile)
-    source_widths = tf.constant(metadata["source_widths"], tf.int32)
-    widths = metadata["output_widths"]
-    output_widths = tf.constant(widths, tf.int32)
-    fixed_limit = metadata["max_output_length"]
-    beam_size, batch_size = search.beam_size, search.batch_size
-    use_cache = search.use_cache
 
     module = tf.Module()
     module.tokenizer = tf_text.SentencepieceTokenizer(
@@ -115,6 +107,25 @@ def _write(translator, directory, search, jit_compile=True):
     )
     # The weights, as the plain tf.Variables the traced searches read.
     module.model_variables = [v.value for v in transformer.variables]
+    searches = _searches(
+        transformer, ids, metadata["output_widths"], search, jit_compile
+    )
+    translate = _translate_function(
+        module.tokenizer, transformer, ids, searches, metadata, search
+    )
+    module.metadata = _metadata_function(metadata)
+    _save(module, translate, transformer, metadata, directory)
+    return metadata
+
+
+def _searches(transformer, ids, widths, search, jit_compile):
+    """One traced search per output width: the width is a Python int of the
+    search, not a tensor."""
+    import tensorflow as tf
+
+    from keras_transformer import decoding
+
+    beam_size, use_cache = search.beam_size, search.use_cache
 
     def search_function(width):
         if beam_size == 1:
@@ -141,11 +152,15 @@ def _write(translator, directory, search, jit_compile=True):
         # As backend.compile_loop builds the translator's loop on TensorFlow.
         return tf.function(run, jit_compile=jit_compile, autograph=False)
 
-    searches = [search_function(width) for width in widths]
-    powers = [1]
-    while powers[-1] < batch_size:
-        powers.append(powers[-1] * 2)
-    powers_t = tf.constant(powers, tf.int32)
+    return [search_function(width) for width in widths]
+
+
+def _best_tokens_function(searches, widths, search):
+    """``best_tokens(index, src, max_lengths, rows)``: the search of output
+    bucket ``index`` picked in the graph (``tf.switch_case``)."""
+    import tensorflow as tf
+
+    beam_size = search.beam_size
     alpha = tf.constant(search.length_penalty, tf.float32)
 
     def best_tokens(index, src, max_lengths, rows):
@@ -165,20 +180,67 @@ def _write(translator, directory, search, jit_compile=True):
 
         return tf.switch_case(index, [branch(i) for i in range(len(widths))])
 
+    return best_tokens
+
+
+def _encode_sources(tokenizer, texts, max_length, ids, fixed_limit):
+    """The sources as the translator makes them (ragged, END-terminated),
+    their lengths and their output limits, in the graph."""
+    import tensorflow as tf
+
+    from keras_transformer.translator import EXTRA_OUTPUT_LENGTH
+
+    pieces = tokenizer.tokenize(texts)
+    # Translator.encode_sources: at most max_length - 1 tokens, then END.
+    pieces = pieces[:, : max_length - 1]
+    n = pieces.nrows(out_type=tf.int32)
+    lengths = pieces.row_lengths() + 1
+    lengths = tf.cast(lengths, tf.int32)
+    ends = tf.RaggedTensor.from_tensor(tf.fill([n, 1], ids.end))
+    sources = tf.concat([tf.cast(pieces, tf.int32), ends], axis=1)
+    if fixed_limit is None:
+        limits = lengths - 1 + EXTRA_OUTPUT_LENGTH
+    else:
+        limits = tf.fill([n], fixed_limit)
+    limits = tf.minimum(limits, max_length)
+    return n, lengths, sources, limits
+
+
+def _detokenize(tokenizer, tokens, ids, n):
+    """The ``[n]`` sentences of the best hypotheses' ``tokens``."""
+    import tensorflow as tf
+
+    # tokenizer.decode: cut at the first END (and at the first PAD, where
+    # the translator cuts a hypothesis), drop PAD and START.
+    stops = tf.logical_or(tf.equal(tokens, ids.end), tf.equal(tokens, ids.pad))
+    before = tf.equal(tf.cumsum(tf.cast(stops, tf.int32), axis=1), 0)
+    keep = tf.logical_and(before, tf.not_equal(tokens, ids.start))
+    kept = tf.ragged.boolean_mask(tokens, keep)
+    translations = tokenizer.detokenize(kept)
+    return tf.reshape(translations, [n])
+
+
+def _translate_function(tokenizer, transformer, ids, searches, metadata, search):
+    """The ``translate`` signature: sources sorted by length, searched in
+    padded chunks of ``batch_size``, translations back in input order."""
+    import tensorflow as tf
+
+    max_length = int(transformer.max_length)
+    source_widths = tf.constant(metadata["source_widths"], tf.int32)
+    widths = metadata["output_widths"]
+    output_widths = tf.constant(widths, tf.int32)
+    fixed_limit = metadata["max_output_length"]
+    batch_size = search.batch_size
+    powers = [1]
+    while powers[-1] < batch_size:
+        powers.append(powers[-1] * 2)
+    powers_t = tf.constant(powers, tf.int32)
+    best_tokens = _best_tokens_function(searches, widths, search)
+
     def translate(texts):
-        pieces = module.tokenizer.tokenize(texts)
-        # Translator.encode_sources: at most max_length - 1 tokens, then END.
-        pieces = pieces[:, : max_length - 1]
-        n = pieces.nrows(out_type=tf.int32)
-        lengths = pieces.row_lengths() + 1
-        lengths = tf.cast(lengths, tf.int32)
-        ends = tf.RaggedTensor.from_tensor(tf.fill([n, 1], ids.end))
-        sources = tf.concat([tf.cast(pieces, tf.int32), ends], axis=1)
-        if fixed_limit is None:
-            limits = lengths - 1 + EXTRA_OUTPUT_LENGTH
-        else:
-            limits = tf.fill([n], fixed_limit)
-        limits = tf.minimum(limits, max_length)
+        n, lengths, sources, limits = _encode_sources(
+            tokenizer, texts, max_length, ids, fixed_limit
+        )
         order = tf.argsort(lengths, stable=True)
 
         def body(start, results):
@@ -212,22 +274,21 @@ def _write(translator, directory, search, jit_compile=True):
             (tf.constant(0, tf.int32), tf.zeros([n, widths[-1]], tf.int32)),
             parallel_iterations=1,
         )
-        # tokenizer.decode: cut at the first END (and at the first PAD, where
-        # the translator cuts a hypothesis), drop PAD and START.
-        stops = tf.logical_or(tf.equal(tokens, ids.end), tf.equal(tokens, ids.pad))
-        before = tf.equal(tf.cumsum(tf.cast(stops, tf.int32), axis=1), 0)
-        keep = tf.logical_and(before, tf.not_equal(tokens, ids.start))
-        kept = tf.ragged.boolean_mask(tokens, keep)
-        translations = module.tokenizer.detokenize(kept)
-        return {OUTPUT: tf.reshape(translations, [n])}
+        return {OUTPUT: _detokenize(tokenizer, tokens, ids, n)}
 
     # Only as signatures: kept as an attribute of the module as well, the
     # function would be traced (and saved) a second time.
-    translate = tf.function(
+    return tf.function(
         translate,
         input_signature=[tf.TensorSpec([None], tf.string, name=INPUT)],
         autograph=False,
     )
+
+
+def _metadata_function(metadata):
+    """``metadata()``: the metadata's scalars as constants, the model's
+    config as a JSON string."""
+    import tensorflow as tf
 
     constants = {
         key: value
@@ -240,7 +301,15 @@ def _write(translator, directory, search, jit_compile=True):
     def metadata_function():
         return {key: tf.constant(value) for key, value in constants.items()}
 
-    module.metadata = metadata_function
+    return metadata_function
+
+
+def _save(module, translate, transformer, metadata, directory):
+    """Save ``module`` with the metadata as an asset and ``translate`` as
+    its signatures."""
+    import tensorflow as tf
+
+    from keras_transformer import decoding
 
     with tempfile.TemporaryDirectory() as scratch:
         metadata_path = os.path.join(scratch, METADATA_FILE)
@@ -257,4 +326,3 @@ def _write(translator, directory, search, jit_compile=True):
                 directory,
                 signatures={SIGNATURE: concrete, "serving_default": concrete},
             )
-    return metadata

@@ -323,14 +323,8 @@ def _pieces(proto):
     return [processor.id_to_piece(i) for i in range(processor.get_piece_size())]
 
 
-def _convert(translator):
-    """``(TransformerSpec, metadata)`` for a Translator."""
-    from ctranslate2.specs import common_spec, transformer_spec
-
-    import keras_transformer
-
-    model = translator.transformer
-    config = model.config
+def _check_convertible(model, config):
+    """``ValueError`` if the model's shape is one CTranslate2 cannot express."""
     if config.max_length is None:
         raise ValueError(
             "The model has max_length=None; CTranslate2 needs a position table "
@@ -345,24 +339,14 @@ def _convert(translator):
             "The source and target embeddings differ in scaling; CTranslate2 "
             "scales both or neither."
         )
-    epsilon = float(config.layer_norm_epsilon)
-    d_model = int(config.d_model)
-    pre_norm = bool(config.norm_first)
-    num_layers = int(config.num_layers)
-    heads = int(config.num_heads)
-    encoder = transformer_spec.TransformerEncoderSpec(
-        num_layers, heads, pre_norm=pre_norm, activation=common_spec.Activation.RELU
-    )
-    decoder = transformer_spec.TransformerDecoderSpec(
-        num_layers, heads, pre_norm=pre_norm, activation=common_spec.Activation.RELU
-    )
-    spec = transformer_spec.TransformerSpec(encoder, decoder)
-    if (
-        len(model.encoder_blocks) != num_layers
-        or len(model.decoder_blocks) != num_layers
-    ):
+    blocks = {len(model.encoder_blocks), len(model.decoder_blocks)}
+    if blocks != {int(config.num_layers)}:
         raise ValueError("The model's number of blocks differs from num_layers.")
 
+
+def _set_embeddings(encoder, decoder, model):
+    """Fill the embeddings, output projection and position tables."""
+    rows, d_model = int(model.config.max_length), int(model.config.d_model)
     source = _numpy(model.source_embedding.embeddings)
     target = (
         source
@@ -374,81 +358,74 @@ def _convert(translator):
     decoder.projection.weight = target
     scale = bool(getattr(model.source_embedding, "scale", True))
     encoder.scale_embeddings = decoder.scale_embeddings = scale
-    rows = int(config.max_length)
-    encoder.position_encodings.encodings = _position_table(
-        model.encoder_position, rows, d_model
-    )
-    decoder.position_encodings.encodings = _position_table(
-        model.decoder_position, rows, d_model
-    )
+    pairs = ((encoder, model.encoder_position), (decoder, model.decoder_position))
+    for side, layer in pairs:
+        side.position_encodings.encodings = _position_table(layer, rows, d_model)
 
-    for i, (block, layer) in enumerate(
-        zip(model.encoder_blocks, encoder.layer, strict=True)
+
+def _set_blocks(encoder, decoder, model, epsilon, pre_norm):
+    """Fill every encoder and decoder layer, then the pre-LN final norms."""
+    for name, blocks, layers in (
+        ("encoder", model.encoder_blocks, encoder.layer),
+        ("decoder", model.decoder_blocks, decoder.layer),
     ):
-        where = f"encoder block {i}"
-        _check_block(block, where)
-        _set_attention(layer.self_attention, block.self_attention, True, where)
-        _set_norm(
-            layer.self_attention.layer_norm,
-            block.self_attention_norm,
-            epsilon,
-            f"{where} self_attention_norm",
-        )
-        _set_feed_forward(layer.ffn, block, epsilon, where)
-    for i, (block, layer) in enumerate(
-        zip(model.decoder_blocks, decoder.layer, strict=True)
-    ):
-        where = f"decoder block {i}"
-        _check_block(block, where)
-        _set_attention(layer.self_attention, block.self_attention, True, where)
-        _set_norm(
-            layer.self_attention.layer_norm,
-            block.self_attention_norm,
-            epsilon,
-            f"{where} self_attention_norm",
-        )
-        _set_attention(layer.attention, block.cross_attention, False, where)
-        _set_norm(
-            layer.attention.layer_norm,
-            block.cross_attention_norm,
-            epsilon,
-            f"{where} cross_attention_norm",
-        )
-        _set_feed_forward(layer.ffn, block, epsilon, where)
+        for i, (block, layer) in enumerate(zip(blocks, layers, strict=True)):
+            where = f"{name} block {i}"
+            _check_block(block, where)
+            _set_attention(layer.self_attention, block.self_attention, True, where)
+            _set_norm(
+                layer.self_attention.layer_norm,
+                block.self_attention_norm,
+                epsilon,
+                f"{where} self_attention_norm",
+            )
+            if name == "decoder":
+                _set_attention(layer.attention, block.cross_attention, False, where)
+                _set_norm(
+                    layer.attention.layer_norm,
+                    block.cross_attention_norm,
+                    epsilon,
+                    f"{where} cross_attention_norm",
+                )
+            _set_feed_forward(layer.ffn, block, epsilon, where)
     if pre_norm:
         _set_norm(encoder.layer_norm, model.encoder_norm, epsilon, "encoder_norm")
         _set_norm(decoder.layer_norm, model.decoder_norm, epsilon, "decoder_norm")
 
+
+def _set_vocabulary(spec, translator, epsilon):
+    """Set the vocabularies and tokens; ``(pieces, special, special_pieces)``."""
+    model = translator.transformer
     pieces = _pieces(bytes(translator.tokenizer.proto))
-    special = {
-        "pad": PAD_ID,
-        "start": START_ID,
-        "end": END_ID,
-        "unk": UNK_ID,
-    }
+    special = {"pad": PAD_ID, "start": START_ID, "end": END_ID, "unk": UNK_ID}
     special_pieces = {name: pieces[i] for name, i in special.items()}
     spec.register_source_vocabulary(_vocabulary(pieces, model.src_vocab_size))
     spec.register_target_vocabulary(_vocabulary(pieces, model.tgt_vocab_size))
     spec.config.unk_token = special_pieces["unk"]
-    spec.config.bos_token = special_pieces["start"]
     spec.config.eos_token = special_pieces["end"]
-    spec.config.decoder_start_token = special_pieces["start"]
+    spec.config.bos_token = spec.config.decoder_start_token = special_pieces["start"]
     spec.config.add_source_bos = False
     spec.config.add_source_eos = False  # the sources come with their </s>
     spec.config.layer_norm_epsilon = epsilon
+    return pieces, special, special_pieces
 
-    policy = model.get_config().get("dtype")
-    metadata = {
+
+def _metadata(translator, pieces, special, special_pieces):
+    """The ``keras_transformer.json`` content (without quantization/version)."""
+    import keras_transformer
+
+    model = translator.transformer
+    return {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
         "keras_transformer_version": keras_transformer.__version__,
         "model": {
             "src_vocab_size": int(model.src_vocab_size),
             "tgt_vocab_size": int(model.tgt_vocab_size),
-            **dataclasses.asdict(config),
-            "dtype_policy": _policy_name(policy),
+            **dataclasses.asdict(model.config),
+            "dtype_policy": _policy_name(model.get_config().get("dtype")),
         },
-        "max_length": rows,
+        "max_length": int(model.config.max_length),
         "max_output_length": translator.max_output_length,
         "extra_output_length": _extra_output_length(),
         "tokenizer": {
@@ -467,7 +444,26 @@ def _convert(translator):
             "patience": PATIENCE,
         },
     }
-    return spec, metadata
+
+
+def _convert(translator):
+    """``(TransformerSpec, metadata)`` for a Translator."""
+    from ctranslate2.specs import common_spec, transformer_spec
+
+    model = translator.transformer
+    config = model.config
+    _check_convertible(model, config)
+    epsilon = float(config.layer_norm_epsilon)
+    pre_norm = bool(config.norm_first)
+    shape = (int(config.num_layers), int(config.num_heads))
+    options = {"pre_norm": pre_norm, "activation": common_spec.Activation.RELU}
+    encoder = transformer_spec.TransformerEncoderSpec(*shape, **options)
+    decoder = transformer_spec.TransformerDecoderSpec(*shape, **options)
+    spec = transformer_spec.TransformerSpec(encoder, decoder)
+    _set_embeddings(encoder, decoder, model)
+    _set_blocks(encoder, decoder, model, epsilon, pre_norm)
+    vocabulary = _set_vocabulary(spec, translator, epsilon)
+    return spec, _metadata(translator, *vocabulary)
 
 
 def _policy_name(policy):

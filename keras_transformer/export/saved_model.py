@@ -57,17 +57,14 @@ of its transformer (same weights): the SavedModel computes in float32.
 On JAX and PyTorch the backend's ops are not TensorFlow ops: the translator
 is saved to a temporary ``.keras`` file, and a subprocess with
 ``KERAS_BACKEND=tensorflow`` loads and exports it (``python -m
-keras_transformer.export.saved_model MODEL.keras OUT``); its errors come
+keras_transformer.cli._saved_model_child MODEL.keras OUT``); its errors come
 back as the same exception types.
 
 The export is written to a temporary sibling of ``path`` and renamed into
 place: no half-written SavedModel is ever left at ``path``.
 """
 
-import argparse
-import contextlib
 import dataclasses
-import gc
 import importlib
 import importlib.util
 import json
@@ -76,9 +73,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import traceback
 import uuid
-import warnings
 
 # The signature's names, for callers: translate(texts=...)["translations"].
 from keras_transformer.export._saved_model_graph import (  # noqa: F401
@@ -278,7 +273,7 @@ def _write_in_subprocess(translator, directory, search, jit_compile):
         command = [
             sys.executable,
             "-m",
-            "keras_transformer.export.saved_model",
+            "keras_transformer.cli._saved_model_child",
             model_path,
             directory,
             "--search",
@@ -312,64 +307,3 @@ def _write_in_subprocess(translator, directory, search, jit_compile):
         f"exporting the SavedModel (in a TensorFlow subprocess, from the "
         f"{backend} backend) failed with exit status {process.returncode}:\n{tail}"
     )
-
-
-def main(argv=None):
-    """The subprocess: load a ``.keras`` translator on TensorFlow and export
-    it to a directory that must not exist yet."""
-    parser = argparse.ArgumentParser(
-        prog="python -m keras_transformer.export.saved_model",
-        description="Export a Translator (.keras) as a TensorFlow SavedModel.",
-    )
-    parser.add_argument("model", help="a Translator saved as .keras")
-    parser.add_argument("output", help="the SavedModel directory to write")
-    parser.add_argument("--search", default="{}", help="SearchOptions fields, as JSON")
-    parser.add_argument(
-        "--result", help="write {'ok': ..., 'type', 'message'} here as JSON"
-    )
-    parser.add_argument(
-        "--no-jit-compile",
-        dest="jit_compile",
-        action="store_false",
-        help="searches as plain TensorFlow ops, not compiled with XLA",
-    )
-    args = parser.parse_args(argv)
-    try:
-        os.environ.setdefault("KERAS_BACKEND", "tensorflow")
-        import keras
-
-        from keras_transformer.search_options import SearchOptions
-
-        if keras.backend.backend() != "tensorflow":
-            raise RuntimeError(
-                "the export subprocess needs KERAS_BACKEND=tensorflow, not "
-                f"{keras.backend.backend()}"
-            )
-        search = SearchOptions(**json.loads(args.search))
-        with warnings.catch_warnings():
-            # keras-hub 0.32 reads the vocabulary asset without closing it.
-            warnings.simplefilter("ignore", ResourceWarning)
-            translator = keras.saving.load_model(args.model)
-            gc.collect()
-        _check_translator(translator)
-        if os.path.lexists(args.output):
-            raise FileExistsError(f"{args.output} exists already")
-        metadata = _write(translator, args.output, search, args.jit_compile)
-        outcome = {"ok": True, "metadata": metadata}
-    except Exception as error:  # reported to the parent process
-        outcome = {
-            "ok": False,
-            "type": type(error).__name__,
-            "message": str(error),
-            "traceback": traceback.format_exc(limit=-8),
-        }
-        print(outcome["traceback"], file=sys.stderr)
-    if args.result:
-        with open(args.result, "w", encoding="utf-8") as file:
-            json.dump(outcome, file)
-    return 0 if outcome["ok"] else 1
-
-
-if __name__ == "__main__":
-    with contextlib.suppress(BrokenPipeError):
-        sys.exit(main())
