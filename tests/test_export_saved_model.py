@@ -2,8 +2,8 @@
 
 Per backend, one export of the trained number translator of
 ``tests/fixtures/v0_2_0`` (saved as ``.keras`` in this backend, reloaded,
-exported: in process on TensorFlow, through a TensorFlow subprocess on JAX
-and PyTorch). A second process that imports only ``tensorflow`` and
+exported: in process on TensorFlow, through a TensorFlow subprocess on JAX;
+PyTorch takes the JAX route, not repeated in its run). A second process that imports only ``tensorflow`` and
 ``tensorflow_text`` loads it and translates; its translations must equal
 ``Translator.translate`` with the same search (the reference, computed
 here by the translator itself), for an empty sentence, one longer than the
@@ -142,6 +142,7 @@ def reference(translator, texts):
     return translations, [str(w.message) for w in caught]
 
 
+@pytest.mark.backends("tensorflow", "jax")  # PyTorch: the JAX route
 def test_the_saved_model_translates_as_the_translator(exported):
     translator, path, returned, texts, batches, loaded = exported
     assert returned == os.path.abspath(path)
@@ -171,6 +172,7 @@ TRANSLATIONS_0_2_0 = json.loads(
 )["beam4"]
 
 
+@pytest.mark.backends("tensorflow", "jax")  # PyTorch: the JAX route
 def test_the_loading_process_imports_neither_keras_hub_nor_this_package(exported):
     loaded = exported[-1]
     everything = set(loaded["imported_by_tensorflow"]) | set(loaded["imported_since"])
@@ -183,6 +185,7 @@ def test_the_loading_process_imports_neither_keras_hub_nor_this_package(exported
         assert name not in loaded["imported_since"]
 
 
+@pytest.mark.backends("tensorflow", "jax")  # PyTorch: the JAX route
 def test_the_search_settings_are_recorded(exported):
     translator, path, _, _, _, loaded = exported
     metadata = loaded["metadata"]

@@ -466,6 +466,7 @@ def test_n_best_gives_the_searchs_own_scores(trained, monkeypatch):
 
 
 @pytest.mark.slow
+@pytest.mark.once
 def test_a_mixed_precision_model_translates_in_float32(trained, tmp_path):
     """A transformer trained under mixed_bfloat16 keeps float32 weights: by
     default its translator searches with a float32 copy of them (the same
