@@ -4,7 +4,8 @@ Per backend, one export of the trained number translator of
 ``tests/fixtures/v0_2_0`` (saved as ``.keras`` in this backend, reloaded,
 exported: in process on TensorFlow, through a TensorFlow subprocess on JAX;
 PyTorch takes the JAX route, not repeated in its run). A second process
-that imports only ``tensorflow`` and ``tensorflow_text`` loads it and translates; its translations must equal
+that imports only ``tensorflow`` and ``tensorflow_text`` loads it and
+translates; its translations must equal
 ``Translator.translate`` with the same search (the reference, computed
 here by the translator itself), for an empty sentence, one longer than the
 model's ``max_length``, unknown characters and more sentences than the
