@@ -100,3 +100,16 @@ def check_length(value, name, optional=True):
     if value < 1:
         raise ValueError(f"{name} must be >= 1. Received: {name}={value}")
     return int(value)
+
+
+def check_n_best(n, beam_size):
+    """``n`` of ``n_best``: an int in ``[1, beam_size]``, or ``beam_size``
+    for None; else ``TypeError``/``ValueError``."""
+    n = beam_size if n is None else n
+    if isinstance(n, bool) or not isinstance(n, numbers.Integral):
+        raise TypeError(f"n must be an int. Received: n={n!r}")
+    if not 1 <= n <= beam_size:
+        raise ValueError(
+            f"n must be between 1 and beam_size={beam_size}. Received: n={n}"
+        )
+    return n

@@ -44,7 +44,6 @@ so ``load_model`` emits a ``ResourceWarning`` (harmless; an error only where
 warnings are turned into errors, e.g. under this project's pytest settings).
 """
 
-import numbers
 import warnings
 
 import keras
@@ -61,7 +60,11 @@ from keras_transformer.data.tokenizer import (
     special_ids,
 )
 from keras_transformer.progress import Progress
-from keras_transformer.search_options import SearchOptions, check_length
+from keras_transformer.search_options import (
+    SearchOptions,
+    check_length,
+    check_n_best,
+)
 
 # Paper §6.1: "We set the maximum output length during inference to input
 # length + 50".
@@ -311,13 +314,7 @@ class Translator(keras.Model):
         """
         # The search first: n defaults to beam_size and is bounded by it.
         search = SearchOptions.of(search, **options)
-        n = search.beam_size if n is None else n
-        if isinstance(n, bool) or not isinstance(n, numbers.Integral):
-            raise TypeError(f"n must be an int. Received: n={n!r}")
-        if not 1 <= n <= search.beam_size:
-            raise ValueError(
-                f"n must be between 1 and beam_size={search.beam_size}. Received: n={n}"
-            )
+        n = check_n_best(n, search.beam_size)
         results = []
         for row in self._decode(self.encode_sources(texts), search, top_n=n):
             row = row[:n]

@@ -286,15 +286,10 @@ class CTranslate2Translator:
         """As ``Translator.n_best``: per sentence, the ``n`` best
         ``(translation, score)``, the score ``log P(Y | X) / lp(Y)`` (GNMT)."""
         from keras_transformer.data.tokenizer import decode
+        from keras_transformer.search_options import check_n_best
 
         search, explicit = self._search(search, options)
-        n = search.beam_size if n is None else n
-        if isinstance(n, bool) or not isinstance(n, numbers.Integral):
-            raise TypeError(f"n must be an int. Received: n={n!r}")
-        if not 1 <= n <= search.beam_size:
-            raise ValueError(
-                f"n must be between 1 and beam_size={search.beam_size}. Received: n={n}"
-            )
+        n = check_n_best(n, search.beam_size)
         results = []
         for row in self._decode(self.encode_sources(texts), search, explicit):
             row = row[:n]
