@@ -31,6 +31,7 @@ COMMANDS = (
     "kt-attention",
     "kt-launch",
     "kt-export",
+    "kt-serve",
 )
 SMALL_RUN = [
     "--task", "numbers", "--train-size", "200", "--val-size", "8",

@@ -14,7 +14,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 PACKAGE = sorted((ROOT / "keras_transformer").rglob("*.py"))
 SCRIPTS = sorted(p for p in (ROOT / "training").glob("*.py") if p.stem != "__init__")
 BENCHMARKS = sorted((ROOT / "benchmarks").rglob("*.py"))
-COMMANDS = ("train", "evaluate", "translate", "attention", "launch")
+COMMANDS = ("train", "evaluate", "translate", "attention", "launch", "export", "serve")
 
 pytestmark = pytest.mark.once
 
@@ -140,7 +140,7 @@ def test_process_settings_are_made_in_the_commands_main_only():
         inside_cli = path.parent.name == "cli"
         if not inside_cli:
             assert "argparse" not in set(imported_modules(path)), path
-    for name in ("train", "evaluate", "translate", "attention"):
+    for name in ("train", "evaluate", "translate", "attention", "serve"):
         path = ROOT / "keras_transformer" / "cli" / f"{name}.py"
         tree = ast.parse(path.read_text())
         (main,) = [n for n in tree.body if getattr(n, "name", None) == "main"]

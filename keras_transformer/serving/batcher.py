@@ -1,0 +1,209 @@
+"""Dynamic batching: the requests that arrive within a few milliseconds of
+each other are translated by one search call, and each gets its own answer.
+
+A search call costs nearly the same for one sentence as for dozens (the
+steps are batched matrix products), so a server that translated each request
+on its own would spend most of its time on nearly empty batches. The
+``Batcher`` keeps a bounded queue of jobs (one per request); its loop takes
+the oldest job, waits up to ``max_wait`` seconds for more (unless the
+translator is busy, in which case the queue fills while it works), and gives
+the translator the jobs with the same search options, up to
+``max_batch_size`` sentences. The translator sorts them by length and
+batches them as it always does. One thread runs every search: one model in
+memory, used by one caller at a time.
+"""
+
+import asyncio
+import collections
+import dataclasses
+import time
+
+
+class QueueFull(Exception):
+    """The queue holds ``max_queue`` sentences: the request is refused
+    rather than the queue grown without bound."""
+
+
+class SearchFailed(Exception):
+    """The search of the batch this request was in raised ``cause``."""
+
+    def __init__(self, cause):
+        super().__init__(f"{type(cause).__name__}: {cause}")
+        self.cause = cause
+
+
+@dataclasses.dataclass(eq=False)
+class _Job:
+    texts: list
+    options: tuple  # (beam_size, length_penalty): jobs batched together share them
+    future: asyncio.Future
+    arrived: float
+
+
+class Batcher:
+    """Translates the jobs of ``submit`` in batches, with ``translate``.
+
+    Args:
+        translate: ``translate(texts, beam_size, length_penalty)`` → a list
+            of str, one per text; run in ``executor``, so it may block.
+        executor: where searches run (a one-thread executor: one search at
+            a time).
+        max_batch_size: the most sentences given to one ``translate`` call
+            (a single request with more is translated alone).
+        max_wait: seconds a job may wait for others to join its batch while
+            the translator is idle.
+        max_queue: the most sentences waiting; ``submit`` raises
+            ``QueueFull`` beyond.
+        on_batch: optional ``on_batch(sentences, seconds)`` after each call.
+    """
+
+    def __init__(
+        self, translate, executor, max_batch_size, max_wait, max_queue, on_batch=None
+    ):
+        self._translate = translate
+        self._executor = executor
+        self.max_batch_size = max_batch_size
+        self.max_wait = max_wait
+        self.max_queue = max_queue
+        self._on_batch = on_batch
+        self._jobs = collections.deque()
+        self._queued = 0  # sentences in self._jobs
+        self._arrival = asyncio.Event()
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._task = None
+
+    @property
+    def queued(self):
+        """Sentences waiting for a search (a running batch's excluded)."""
+        return self._queued
+
+    def start(self):
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def submit(self, texts, beam_size, length_penalty):
+        """The translations of ``texts``, once their batch is searched.
+
+        Raises:
+            QueueFull: the queue has no room for ``texts``.
+            SearchFailed: the batch's search raised.
+        A cancelled caller (a client that went away) leaves its job in the
+        queue, where the loop skips it.
+        """
+        if self._queued + len(texts) > self.max_queue:
+            raise QueueFull(
+                f"the queue holds {self._queued} sentences; at most "
+                f"{self.max_queue} may wait"
+            )
+        job = _Job(
+            texts,
+            (beam_size, length_penalty),
+            asyncio.get_running_loop().create_future(),
+            time.monotonic(),
+        )
+        self._jobs.append(job)
+        self._queued += len(texts)
+        self._idle.clear()
+        self._arrival.set()
+        return await job.future
+
+    async def drain(self):
+        """Returns once every job submitted so far is answered (or dropped)."""
+        await self._idle.wait()
+
+    async def stop(self):
+        """Ends the loop (after ``drain``, so that nothing held is lost)."""
+        await self.drain()
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+
+    # -- the loop --------------------------------------------------------------
+
+    async def _run(self):
+        loop = asyncio.get_running_loop()
+        while True:
+            self._drop_cancelled()
+            if not self._jobs:
+                self._idle.set()
+                self._arrival.clear()
+                await self._arrival.wait()
+                continue
+            await self._gather(self._jobs[0])
+            batch = self._take()
+            if not batch:
+                continue
+            texts = [text for job in batch for text in job.texts]
+            start = time.monotonic()
+            try:
+                outputs = await loop.run_in_executor(
+                    self._executor, self._translate, texts, *batch[0].options
+                )
+            except Exception as error:  # one batch's failure is its own
+                for job in batch:
+                    if not job.future.done():
+                        job.future.set_exception(SearchFailed(error))
+                continue
+            finally:
+                if self._on_batch is not None:
+                    self._on_batch(len(texts), time.monotonic() - start)
+            self._answer(batch, outputs)
+
+    def _drop_cancelled(self):
+        while self._jobs and self._jobs[0].future.done():
+            self._queued -= len(self._jobs.popleft().texts)
+
+    async def _gather(self, first):
+        """Waits until ``first`` has waited ``max_wait`` or a full batch of
+        its options is queued."""
+        deadline = first.arrived + self.max_wait
+        while self._sentences_like(first) < self.max_batch_size:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            self._arrival.clear()
+            try:
+                await asyncio.wait_for(self._arrival.wait(), left)
+            except asyncio.TimeoutError:  # TimeoutError from Python 3.11 on
+                return
+
+    def _sentences_like(self, first):
+        return sum(
+            len(job.texts)
+            for job in self._jobs
+            if job.options == first.options and not job.future.done()
+        )
+
+    def _take(self):
+        """The oldest live job and the later ones with its options, up to
+        ``max_batch_size`` sentences, out of the queue."""
+        self._drop_cancelled()
+        if not self._jobs:
+            return []
+        options = self._jobs[0].options
+        batch, kept, sentences = [], collections.deque(), 0
+        for job in self._jobs:
+            if job.future.done():
+                self._queued -= len(job.texts)
+            elif job.options == options and (
+                not batch or sentences + len(job.texts) <= self.max_batch_size
+            ):
+                batch.append(job)
+                sentences += len(job.texts)
+                self._queued -= len(job.texts)
+            else:
+                kept.append(job)
+        self._jobs = kept
+        return batch
+
+    @staticmethod
+    def _answer(batch, outputs):
+        start = 0
+        for job in batch:
+            end = start + len(job.texts)
+            if not job.future.done():  # its client may have gone meanwhile
+                job.future.set_result(list(outputs[start:end]))
+            start = end
