@@ -32,6 +32,12 @@ class SearchOptions:
             tokens).
         verbose: 0 (silent) or 1: sentences done, sentences per second and
             time left on stderr (``keras_transformer.progress``).
+        fixed_batch: bool, pad every batch to ``batch_size`` rows (padding
+            rows cost compute, not results), so that the compiled search
+            has one shape per source and output width whatever the number
+            of sentences: what a server that batches requests wants
+            (``Translator.warm_up`` then compiles them all). By default a
+            batch is padded to a power of two of rows.
     """
 
     beam_size: int = 4
@@ -40,13 +46,14 @@ class SearchOptions:
     batch_size: int = 64
     use_cache: bool = True
     verbose: int = 0
+    fixed_batch: bool = False
 
     def __post_init__(self):
-        # A truthy string such as "no" would otherwise select the cache.
-        if not isinstance(self.use_cache, (bool, np.bool_)):
-            raise TypeError(
-                f"use_cache must be a bool. Received: use_cache={self.use_cache!r}"
-            )
+        # A truthy string such as "no" would otherwise be taken for True.
+        for name in ("use_cache", "fixed_batch"):
+            value = getattr(self, name)
+            if not isinstance(value, (bool, np.bool_)):
+                raise TypeError(f"{name} must be a bool. Received: {name}={value!r}")
         if isinstance(self.verbose, float) or self.verbose not in (0, 1):
             raise ValueError(
                 f"verbose must be 0 or 1. Received: verbose={self.verbose!r}"
@@ -60,6 +67,7 @@ class SearchOptions:
             "batch_size": check_length(self.batch_size, "batch_size", optional=False),
             "use_cache": bool(self.use_cache),
             "verbose": int(self.verbose),
+            "fixed_batch": bool(self.fixed_batch),
         }
         for name, value in checked.items():
             object.__setattr__(self, name, value)

@@ -264,8 +264,42 @@ class Translator(keras.Model):
             copy = type(self.transformer).from_config(config)
             # Past Keras' tracking: a copy to compute with, not state to save.
             object.__setattr__(self, "_float32_copy", copy)
-        copy.set_weights(self.transformer.get_weights())
+        # Variable to variable, on the device: no round trip through NumPy.
+        for target, source in zip(copy.weights, self.transformer.weights, strict=True):
+            target.assign(source.value)
         return copy
+
+    def warm_up(self, search=None, **options):
+        """Compile the search of ``translate`` for every source and output
+        width a batch of ``batch_size`` rows can have, so that no later call
+        with these options waits for a compilation (with ``fixed_batch=True``
+        every batch has that many rows; a server's warm-up).
+
+        Returns:
+            int: the searches run, one per (source width, output width).
+        """
+        search = SearchOptions.of(search, **options)
+        max_output_length = search.max_output_length or self.max_output_length
+        shapes = {}
+        for length in range(1, (self.source_max_length or 256) + 1):
+            limit = self._output_limit(length - 1, max_output_length)
+            key = (
+                bucket_length(length, self.source_max_length, **_WIDTHS),
+                bucket_length(limit, self.target_max_length, **_WIDTHS),
+            )
+            shapes.setdefault(key, length)
+        model = self._search_model()
+        rows = search.batch_size
+        for (_, width), length in shapes.items():
+            # Any ids compile the same program; the output width comes from
+            # the largest limit, and the other rows stop after one token.
+            source = [UNK_ID] * (length - 1) + [END_ID]
+            limits = [self._output_limit(length - 1, max_output_length)]
+            self._decode_batch(
+                model, [source] * rows, limits + [1] * (rows - 1), search, top_n=1
+            )
+            assert width == bucket_length(limits[0], self.target_max_length, **_WIDTHS)
+        return len(shapes)
 
     def translate(self, texts, search=None, **options):
         """Translate sentences with beam search (greedy with ``beam_size=1``).
@@ -433,9 +467,11 @@ class Translator(keras.Model):
 
     def _decode_batch(self, model, sources, limits, search, top_n=None):
         rows = len(sources)
-        # A power of two of rows (capped by batch_size) and bucketed widths
-        # keep the compiled loop's shapes few.
+        # A power of two of rows (capped by batch_size), or batch_size itself,
+        # and bucketed widths keep the compiled loop's shapes few.
         padded_rows = min(1 << (rows - 1).bit_length(), search.batch_size)
+        if search.fixed_batch:
+            padded_rows = search.batch_size
         src_width = bucket_length(
             max(max(len(r) for r in sources), 1), self.source_max_length, **_WIDTHS
         )

@@ -505,3 +505,37 @@ def test_a_mixed_precision_model_translates_in_float32(trained, tmp_path):
     assert loaded.search_dtype == "policy"
     with pytest.raises(ValueError, match="search_dtype must be one of"):
         Translator(trained.tokenizer, mixed, search_dtype="bfloat16")
+
+
+def test_warm_up_searches_every_shape_a_fixed_batch_can_take(trained, monkeypatch):
+    """Every (rows, source width, output width) that fixed_batch calls of
+    any size and length give the search was given to it by warm_up, and
+    those calls translate as the translator does without the options."""
+    from keras_transformer import decoding
+    from keras_transformer.data.batching import bucket_length
+
+    translator = Translator(trained.tokenizer, trained.transformer)
+    shapes = []
+    search = decoding.beam_search
+
+    def recording(model, source_ids, max_lengths, beam_size, alpha, width, *a, **k):
+        shapes.append((*source_ids.shape, width))
+        return search(model, source_ids, max_lengths, beam_size, alpha, width, *a, **k)
+
+    monkeypatch.setattr(decoding, "beam_search", recording)
+    options = dict(batch_size=4, fixed_batch=True, beam_size=2)
+    limit = translator.source_max_length
+
+    def bucket(length):
+        return bucket_length(
+            min(length, limit), limit, min_length=8, step=2, multiple=8
+        )
+
+    widths = {(bucket(n), bucket(n - 1 + 50)) for n in range(1, limit + 1)}
+    assert translator.warm_up(**options) == len(widths) >= 2
+    assert set(shapes) == {(4, *pair) for pair in widths}
+    warmed, shapes[:] = set(shapes), []
+    texts = [SOURCES[i] for i in (3, 150, 7, 199, 42, 11, 0)] + ["one " * 40]
+    got = [translator.translate(texts[:n], **options) for n in (1, 2, 3, 8)]
+    assert shapes and set(shapes) <= warmed
+    assert got == [trained.translate(texts[:n], beam_size=2) for n in (1, 2, 3, 8)]

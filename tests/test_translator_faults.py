@@ -183,6 +183,7 @@ BAD_ARGUMENTS = [
     ("max_output_length", True, TypeError, "max_output_length must be an int"),
     ("max_output_length", 0, ValueError, "max_output_length must be >= 1"),
     ("use_cache", "no", TypeError, "use_cache must be a bool"),
+    ("fixed_batch", "yes", TypeError, "fixed_batch must be a bool"),
     ("use_cache", None, TypeError, "use_cache must be a bool"),
 ]
 

@@ -78,6 +78,11 @@ def parser():
         help="most sentences per search call (default 64)",
     )  # fmt: skip
     parser.add_argument(
+        "--search-batch-size", type=positive_int, default=8,
+        help="sentences searched together within a batch, sorted by length "
+        "(default 8)",
+    )  # fmt: skip
+    parser.add_argument(
         "--max-wait-ms", type=non_negative_ms, default=5.0,
         help="how long a request waits for others to batch with (default 5)",
     )  # fmt: skip
@@ -106,6 +111,7 @@ def settings(args):
 
     return Settings(
         max_batch_size=args.max_batch_size,
+        search_batch_size=args.search_batch_size,
         max_wait_ms=args.max_wait_ms,
         max_queue=args.max_queue,
         max_texts=args.max_texts,

@@ -162,7 +162,8 @@ class CTranslate2Translator:
 
     The calls are ``Translator``'s: ``translate``, ``translate_ids``,
     ``n_best``, ``decode_ids``, ``encode_sources``, with ``SearchOptions``
-    (``use_cache`` is accepted and changes nothing; ``verbose=1`` reports
+    (``use_cache`` and ``fixed_batch`` are accepted and change nothing:
+    nothing is compiled; ``verbose=1`` reports
     progress on stderr). ``translator`` is the ``ctranslate2.Translator``,
     ``tokenizer`` the SentencePiece model, ``metadata`` the export's
     ``keras_transformer.json``, ``engine`` says what translates.
@@ -298,6 +299,16 @@ class CTranslate2Translator:
                 [(text, score) for text, (_, score) in zip(texts_out, row, strict=True)]
             )
         return results
+
+    def warm_up(self, search=None, **options):
+        """As ``Translator.warm_up``, but CTranslate2 compiles nothing: one
+        translation (of an empty text) loads what it loads on first use.
+
+        Returns:
+            int: 0, the searches compiled.
+        """
+        self.translate([""], search, **options)
+        return 0
 
     def decode_ids(self, source_ids, search=None, **options):
         """As ``Translator.decode_ids``: ``beam_size`` hypotheses ``(ids,
