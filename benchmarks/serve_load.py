@@ -11,10 +11,11 @@ second on a fixed schedule, sent by ``--clients`` threads (too few show as
 overload, start the server with a tiny ``--max-queue``. The server runs in a
 child process (``--max-batch-size``, ``--search-batch-size``,
 ``--max-wait-ms``, ``--max-queue`` passed on; or ``--url`` for one already
-running) whose resident memory is sampled every second; ``/metrics`` is read at the end, then SIGTERM must end
-it with 0. Unless ``--no-check``, the distinct sentences answered are then
-translated here with ``load_translator(--model)`` and the answers that differ
-counted (``mismatches``).
+running) whose resident memory is sampled every second; ``/metrics`` is
+read at the end, then SIGTERM must end it with 0. Unless ``--no-check``,
+the distinct sentences answered are then translated here with
+``load_translator(--model)`` and the answers that differ counted
+(``mismatches``).
 """
 
 import argparse
