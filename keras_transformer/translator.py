@@ -50,6 +50,7 @@ import keras
 import numpy as np
 
 from keras_transformer import decoding
+from keras_transformer._inputs import check_texts
 from keras_transformer.data.batching import bucket_length
 from keras_transformer.data.tokenizer import (
     END_ID,
@@ -73,32 +74,6 @@ SEARCH_DTYPES = ("float32", "policy")
 # Source and output widths are padded to lengths 8, 16, 32, ...: a new
 # input length rarely means a new compilation of the search.
 _WIDTHS = {"min_length": 8, "step": 2, "multiple": 8}
-
-
-def _check_texts(texts):
-    """``texts`` as a list of str; refuses anything str() would have turned
-    into words to translate ("None", "b'...'", "42")."""
-    if isinstance(texts, (str, bytes)):
-        raise TypeError("texts must be a list of sentences, not one string.")
-    try:
-        texts = list(texts)
-    except TypeError:
-        raise TypeError(
-            f"texts must be an iterable of str, got {type(texts).__name__}"
-        ) from None
-    for i, text in enumerate(texts):
-        if not isinstance(text, str):
-            raise TypeError(f"texts[{i}] must be str, got {type(text).__name__}")
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError as error:
-            # E.g. a lone surrogate, from bytes decoded with "surrogateescape".
-            bad = text[error.start : error.end]
-            raise ValueError(
-                f"texts[{i}] cannot be encoded as UTF-8 ({error.reason}): "
-                f"{bad!r} at index {error.start}"
-            ) from None
-    return texts
 
 
 def inference_copy(transformer):
@@ -290,7 +265,7 @@ class Translator(keras.Model):
             shapes.setdefault(key, length)
         model = self._search_model()
         rows = search.batch_size
-        for (_, width), length in shapes.items():
+        for length in shapes.values():
             # Any ids compile the same program; the output width comes from
             # the largest limit, and the other rows stop after one token.
             source = [UNK_ID] * (length - 1) + [END_ID]
@@ -298,7 +273,6 @@ class Translator(keras.Model):
             self._decode_batch(
                 model, [source] * rows, limits + [1] * (rows - 1), search, top_n=1
             )
-            assert width == bucket_length(limits[0], self.target_max_length, **_WIDTHS)
         return len(shapes)
 
     def translate(self, texts, search=None, **options):
@@ -372,7 +346,7 @@ class Translator(keras.Model):
             ValueError: an item has no UTF-8 encoding (e.g. a lone
                 surrogate), or the tokenizer has no vocabulary.
         """
-        texts = _check_texts(texts)
+        texts = check_texts(texts)
         self.check_tokenizer()
         ids = encode(self.tokenizer, texts)
         unknown = [i for i, row in enumerate(ids) if UNK_ID in row]

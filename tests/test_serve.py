@@ -195,6 +195,7 @@ def test_bad_input_gets_a_4xx_naming_it_and_the_server_goes_on(server, translato
         got, _, answer = server.request(method, path, b"{}")
         assert got == status and "error" in answer
     assert server.metric("kt_serve_errors_total", 'kind="bad_request"') == len(BAD)
+    assert server.metric("kt_serve_requests_total", 'code="404",path="other"') == 1
     _, _, answer = server.translate(["zero"])
     assert answer["translations"] == translator.translate(["zero"])
 
@@ -292,3 +293,29 @@ def test_the_ctranslate2_export_is_served_and_answers_as_it_translates(
     assert [body["translations"] for _, _, body in answers] == [[t] for t in expected]
     assert health["engine"].startswith("ctranslate2")
     assert status == 0, "".join(running.stderr)
+
+
+@pytest.mark.once
+def test_a_port_in_use_a_missing_and_a_damaged_model_exit_2_with_one_line(tmp_path):
+    damaged = tmp_path / "damaged.keras"
+    damaged.write_bytes(b"PK\x03\x04 not a zip archive")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        cases = [
+            (["--model", FIXTURE, "--port", str(port)], "cannot listen on"),
+            (["--model", str(tmp_path / "none.keras")], "none.keras: no such model"),
+            (["--model", str(damaged), "--port", "0"], "damaged.keras"),
+        ]
+        for args, words in cases:
+            done = subprocess.run(
+                [sys.executable, "-m", "keras_transformer.cli.serve", *args],
+                cwd=ROOT,
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
+            errors = [line for line in done.stderr.splitlines() if "error" in line]
+            assert done.returncode == 2 and done.stdout == "", done
+            assert len(errors) == 1 and words in errors[0], done.stderr

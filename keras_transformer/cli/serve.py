@@ -10,7 +10,8 @@ the last two optional) answers ``{"translations": [...], "model": ...,
 "version": ...}``; ``GET /health`` is 200 once the model is loaded and warm
 (503 before); ``GET /metrics`` is in the Prometheus text format. Requests
 that arrive within ``--max-wait-ms`` of each other are translated together,
-up to ``--max-batch-size`` sentences; beyond ``--max-queue`` waiting
+up to ``--max-batch-size`` sentences (sorted by length and searched in
+groups of ``--search-batch-size``); beyond ``--max-queue`` waiting
 sentences a request gets 503 with Retry-After. On SIGTERM the server stops
 accepting, answers what it holds, and exits 0. When ready it prints
 ``kt-serve: ready on http://HOST:PORT`` on stdout (``--port 0``: a free
@@ -121,11 +122,16 @@ def settings(args):
 
 def main(argv=None):
     """Run the server; returns its exit status."""
-    from keras_transformer.serving.app import Service
-    from keras_transformer.serving.server import listen, run
-
     arguments = parser()
     args = arguments.parse_args(argv)
+    try:
+        from keras_transformer.serving.app import Service
+        from keras_transformer.serving.server import listen, run
+    except ImportError as error:
+        arguments.exit(
+            2, f"{arguments.prog}: error: {error}; kt-serve needs the serve extra: "
+            'pip install "keras-transformer-aiayn[serve]"\n',
+        )  # fmt: skip
     prepare_process(args.verbose)
     if not os.path.exists(args.model):
         arguments.exit(2, f"{arguments.prog}: error: {args.model}: no such model\n")

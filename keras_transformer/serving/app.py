@@ -27,6 +27,7 @@ from keras_transformer.serving.requests import Limits, RequestError, parse_trans
 RETRY_AFTER = 1
 # HTTP has no code for "the client went away"; nginx's is the usual one.
 CLIENT_CLOSED = 499
+PATHS = ("/translate", "/health", "/metrics")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -196,7 +197,10 @@ class Service:
 
     async def _http_error(self, request, error):
         response = _error(error.status_code, error.detail)
-        self.metrics.requests.labels(request.url.path, error.status_code).inc()
+        # Any path may be asked for; one series per path would grow without
+        # bound.
+        path = request.url.path if request.url.path in PATHS else "other"
+        self.metrics.requests.labels(path, error.status_code).inc()
         return response
 
     async def health(self, request):
