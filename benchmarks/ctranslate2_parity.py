@@ -30,7 +30,6 @@ clock.
 
 import argparse
 import gc
-import gzip
 import json
 import os
 import shutil
@@ -38,39 +37,17 @@ import tempfile
 import time
 import warnings
 
-
-def read_lines(path, limit=None):
-    opener = gzip.open if os.fspath(path).endswith(".gz") else open
-    with opener(path, "rt", encoding="utf-8") as file:
-        lines = [line.rstrip("\n") for line in file]
-    return lines[:limit] if limit else lines
+from benchmarks.deploy_speed import read_lines
 
 
 def load_float32_translator(path):
-    """The ``.keras`` translator, its transformer rebuilt in float32 (a
-    ``mixed_bfloat16`` model keeps float32 weights; this computes with them
-    in float32, as CTranslate2's float32 export does)."""
-    import keras
+    """The ``.keras`` translator (it searches in float32, the ``Translator``'s
+    default, as CTranslate2's float32 export computes) and the dtype policy
+    its model was trained under."""
+    from keras_transformer.evaluation import load_translator
 
-    from keras_transformer.translator import Translator
-
-    with warnings.catch_warnings():
-        # keras-hub 0.32 reads the vocabulary asset without closing it.
-        warnings.simplefilter("ignore", ResourceWarning)
-        translator = keras.saving.load_model(path)
-        gc.collect()
-    transformer = translator.transformer
-    policy = transformer.target_embedding.dtype_policy.name
-    if policy != "float32":
-        config = dict(transformer.get_config(), dtype="float32")
-        copy = type(transformer).from_config(config)
-        copy.set_weights(transformer.get_weights())
-        translator = Translator(
-            translator.tokenizer,
-            copy,
-            max_output_length=translator.max_output_length,
-        )
-    return translator, policy
+    translator = load_translator(path)
+    return translator, translator.transformer.target_embedding.dtype_policy.name
 
 
 def timed(fn):

@@ -45,7 +45,7 @@ def peak_memory_bytes():
     return None
 
 
-def read_lines(path, limit):
+def read_lines(path, limit=None):
     """The first ``limit`` lines of a text file, gzipped or not (plain
     Python: the SavedModel's process must not import this package)."""
     opener = gzip.open if path.endswith(".gz") else open

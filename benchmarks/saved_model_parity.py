@@ -17,8 +17,6 @@ warm-up call on the same set (which compiles every shape), the median of
 """
 
 import argparse
-import gc
-import gzip
 import json
 import os
 import platform
@@ -27,28 +25,9 @@ import tempfile
 import time
 import warnings
 
+from benchmarks.deploy_speed import read_lines
 from benchmarks.timing import call_times
 from keras_transformer.cli._process import prepare_process
-
-
-def read_lines(path, limit=None):
-    opener = gzip.open if os.fspath(path).endswith(".gz") else open
-    with opener(path, "rt", encoding="utf-8") as file:
-        lines = [line.rstrip("\n") for line in file]
-    return lines[:limit] if limit else lines
-
-
-def load_translator(path):
-    import keras
-
-    import keras_transformer  # noqa: F401  (registers the classes)
-
-    with warnings.catch_warnings():
-        # keras-hub 0.32 reads the vocabulary asset without closing it.
-        warnings.simplefilter("ignore", ResourceWarning)
-        translator = keras.saving.load_model(path)
-        gc.collect()
-    return translator
 
 
 def float32_reference(translator):
@@ -143,6 +122,8 @@ def measure(
     import keras_transformer as kt
 
     texts = read_lines(source, limit)
+    from keras_transformer.evaluation import load_translator
+
     translator = load_translator(model)
     search = dict(beam_size=beam_size, length_penalty=length_penalty)
     folder = None

@@ -2,11 +2,11 @@
 
     python -m tests.serve_harness --model M --port 0 [kt-serve's options]
 
-The real server (``keras_transformer.serving``) around the real translator,
-whose ``translate`` obeys two kinds of text: ``"sleep:S"`` sleeps S seconds
-(a slow batch, so that a queue fills or a SIGTERM finds requests in flight)
-and is translated as ``""``; ``"crash"`` raises ``RuntimeError`` (a search
-that fails for one batch).
+The real command (``keras_transformer.cli.serve.main``) around the real
+translator, whose ``translate`` obeys two kinds of text: ``"sleep:S"`` sleeps
+S seconds (a slow batch, so that a queue fills or a SIGTERM finds requests in
+flight) and is translated as ``""``; ``"crash"`` raises ``RuntimeError`` (a
+search that fails for one batch). Any other text is translated as usual.
 """
 
 import sys
@@ -14,8 +14,6 @@ import time
 
 from keras_transformer.cli import serve as kt_serve
 from keras_transformer.evaluation import load_translator
-from keras_transformer.serving.app import Service
-from keras_transformer.serving.server import listen, run
 
 
 class FaultyTranslator:
@@ -35,16 +33,5 @@ class FaultyTranslator:
         return self._translator.translate(texts, **options)
 
 
-def main(argv=None):
-    args = kt_serve.parser().parse_args(argv)
-    service = Service(
-        lambda: FaultyTranslator(load_translator(args.model)),
-        "faulty",
-        "0",
-        kt_serve.settings(args),
-    )
-    return run(service, listen(args.host, args.port))
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(kt_serve.main(load=lambda path: FaultyTranslator(load_translator(path))))

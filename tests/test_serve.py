@@ -8,8 +8,8 @@ naming the problem while the server goes on; a full queue answers 503 with
 Retry-After; a client that disconnects is dropped from the queue (its
 sentence is never searched); a search that crashes answers its batch 500
 and the server goes on; SIGTERM with requests in flight answers them all,
-stops accepting and exits 0. The faults come from ``tests/serve_harness.py``
-(the real server around a translator that sleeps or raises on given texts).
+stops accepting and exits 0. The server is ``tests/serve_harness.py``: the
+real command around a translator that also sleeps or raises on given texts.
 """
 
 import concurrent.futures
@@ -124,24 +124,13 @@ def translator():
 
 @pytest.fixture(scope="module")
 def server():
+    """One server for the module's tests (the SIGTERM test, last, stops it):
+    the real command around a translator that also sleeps and crashes on
+    demand (tests/serve_harness.py); a queue of 16 sentences."""
     running = Server(
-        "keras_transformer.cli.serve", "--model", FIXTURE, "--max-wait-ms", "50"
-    )
-    yield running
-    assert running.stop() == 0, "".join(running.stderr)
-
-
-@pytest.fixture(scope="module")
-def faulty():
-    running = Server(
-        "tests.serve_harness",
-        "--model",
-        FIXTURE,
-        "--max-queue",
-        "3",
-        "--max-wait-ms",
-        "20",
-    )
+        "tests.serve_harness", "--model", FIXTURE, "--max-queue", "16",
+        "--max-wait-ms", "50",
+    )  # fmt: skip
     yield running
     running.stop()
 
@@ -200,77 +189,77 @@ def test_bad_input_gets_a_4xx_naming_it_and_the_server_goes_on(server, translato
     assert answer["translations"] == translator.translate(["zero"])
 
 
-def test_a_full_queue_answers_503_with_retry_after(faulty):
-    """The batch of "sleep:1.5" runs; three sentences fill the queue
-    (--max-queue 3); a fourth is refused; the three are answered."""
-    slow = threading.Thread(target=faulty.translate, args=(["sleep:1.5"],))
+def test_a_full_queue_answers_503_with_retry_after(server):
+    """The batch of "sleep:1.5" runs; 16 sentences fill the queue
+    (--max-queue 16); a 17th is refused; the 16 are answered."""
+    slow = threading.Thread(target=server.translate, args=(["sleep:1.5"],))
     slow.start()
     time.sleep(0.5)  # its batch has started: the queue is empty again
     queued = [
-        lambda: faulty.translate(["zero"]),
-        lambda: faulty.translate(["one", "two"]),
+        lambda: server.translate(SENTENCES),
+        lambda: server.translate(SENTENCES[::-1]),
     ]
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
         futures = [pool.submit(call) for call in queued]
         time.sleep(0.3)
-        status, headers, answer = faulty.translate(["seven"])
+        status, headers, answer = server.translate(["seven"])
         answers = [future.result() for future in futures]
     slow.join()
     assert status == 503 and headers["retry-after"] == "1", answer
-    assert "the queue holds 3 sentences" in answer["error"]
+    assert "the queue holds 16 sentences" in answer["error"]
     assert [s for s, _, _ in answers] == [200, 200]
-    assert faulty.metric("kt_serve_errors_total", 'kind="queue_full"') == 1
+    assert server.metric("kt_serve_errors_total", 'kind="queue_full"') == 1
 
 
-def test_a_client_that_disconnects_is_dropped_from_the_queue(faulty):
-    before = faulty.metric("kt_serve_batch_sentences_sum")
-    slow = threading.Thread(target=faulty.translate, args=(["sleep:1.5"],))
+def test_a_client_that_disconnects_is_dropped_from_the_queue(server):
+    before = server.metric("kt_serve_batch_sentences_sum")
+    slow = threading.Thread(target=server.translate, args=(["sleep:1.5"],))
     slow.start()
     time.sleep(0.5)
     body = json.dumps({"texts": ["one", "two"]}).encode()
-    with socket.create_connection((faulty.host, faulty.port)) as gone:
+    with socket.create_connection((server.host, server.port)) as gone:
         gone.sendall(
             b"POST /translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
             + f"Content-Length: {len(body)}\r\n\r\n".encode()
             + body
         )
         time.sleep(0.3)  # queued behind the slow batch, then hangs up
-    status, _, _ = faulty.translate(["zero"])
+    status, _, _ = server.translate(["zero"])
     slow.join()
     assert status == 200
     # The slow batch's sentence and "zero": the two dropped ones never ran.
-    assert faulty.metric("kt_serve_batch_sentences_sum") - before == 2
-    assert faulty.metric("kt_serve_errors_total", 'kind="disconnected"') == 1
+    assert server.metric("kt_serve_batch_sentences_sum") - before == 2
+    assert server.metric("kt_serve_errors_total", 'kind="disconnected"') == 1
 
 
 def test_a_crashed_search_answers_its_batch_500_and_the_server_goes_on(
-    faulty, translator
+    server, translator
 ):
-    status, _, answer = faulty.translate(["zero", "crash"])
+    status, _, answer = server.translate(["zero", "crash"])
     assert status == 500
     assert "RuntimeError: the search crashed (injected)" in answer["error"]
-    status, _, answer = faulty.translate(["zero"])
+    status, _, answer = server.translate(["zero"])
     assert (status, answer["translations"]) == (200, translator.translate(["zero"]))
 
 
-def test_sigterm_answers_the_requests_in_flight_then_exits_0(faulty, translator):
-    """Runs last on the faulty server: it stops it."""
-    calls = [lambda: faulty.translate(["sleep:1.5"])]
-    calls += [lambda text=text: faulty.translate([text]) for text in SENTENCES[:2]]
+def test_sigterm_answers_the_requests_in_flight_then_exits_0(server, translator):
+    """Runs last on the module's server: it stops it."""
+    calls = [lambda: server.translate(["sleep:1.5"])]
+    calls += [lambda text=text: server.translate([text]) for text in SENTENCES[:2]]
     with concurrent.futures.ThreadPoolExecutor(len(calls)) as pool:
         futures = [pool.submit(call) for call in calls]
         time.sleep(0.7)  # the slow batch runs, the other two wait
-        faulty.process.send_signal(signal.SIGTERM)
+        server.process.send_signal(signal.SIGTERM)
         time.sleep(0.5)
         with pytest.raises(ConnectionRefusedError):
-            socket.create_connection((faulty.host, faulty.port), timeout=5).close()
+            socket.create_connection((server.host, server.port), timeout=5).close()
         answers = [future.result() for future in futures]
     assert [status for status, _, _ in answers] == [200] * 3
     assert [body["translations"] for _, _, body in answers[1:]] == [
         [text] for text in translator.translate(SENTENCES[:2])
     ]
     # Not a second SIGTERM: the first one's exit may take a while.
-    assert faulty.wait() == 0, "".join(faulty.stderr)
+    assert server.wait() == 0, "".join(server.stderr)
 
 
 @pytest.mark.once
@@ -308,14 +297,19 @@ def test_a_port_in_use_a_missing_and_a_damaged_model_exit_2_with_one_line(tmp_pa
             (["--model", str(tmp_path / "none.keras")], "none.keras: no such model"),
             (["--model", str(damaged), "--port", "0"], "damaged.keras"),
         ]
-        for args, words in cases:
-            done = subprocess.run(
-                [sys.executable, "-m", "keras_transformer.cli.serve", *args],
+        command = [sys.executable, "-m", "keras_transformer.cli.serve"]
+        runs = [
+            subprocess.Popen(
+                command + args,
                 cwd=ROOT,
-                capture_output=True,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
                 text=True,
-                timeout=300,
-            )
-            errors = [line for line in done.stderr.splitlines() if "error" in line]
-            assert done.returncode == 2 and done.stdout == "", done
-            assert len(errors) == 1 and words in errors[0], done.stderr
+            )  # fmt: skip
+            for args, _ in cases
+        ]
+        done = [run.communicate(timeout=300) + (run.returncode,) for run in runs]
+    for (out, err, status), (_, words) in zip(done, cases, strict=True):
+        errors = [line for line in err.splitlines() if "kt-serve: error" in line]
+        assert status == 2 and out == "", (status, out, err)
+        assert len(errors) == 1 and words in errors[0], err

@@ -120,8 +120,13 @@ def settings(args):
     )
 
 
-def main(argv=None):
-    """Run the server; returns its exit status."""
+def main(argv=None, load=None):
+    """Run the server; returns its exit status.
+
+    ``load(path)`` makes the translator (default
+    ``evaluation.load_translator``): a program may serve a translator of its
+    own making behind the same command line.
+    """
     arguments = parser()
     args = arguments.parse_args(argv)
     try:
@@ -145,13 +150,14 @@ def main(argv=None):
     if not os.path.isdir(args.model):
         start_tensorflow(args.verbose)  # quietly, before the tokenizer needs it
 
-    def load():
-        from keras_transformer.evaluation import load_translator
-
-        return load_translator(args.model)
+    if load is None:
+        from keras_transformer.evaluation import load_translator as load
 
     service = Service(
-        load, model_name(args.model), model_version(args.model), settings(args)
+        lambda: load(args.model),
+        model_name(args.model),
+        model_version(args.model),
+        settings(args),
     )
     return run(service, sock, access_log=args.access_log)
 
