@@ -160,6 +160,7 @@ BAD = [
     (b"{not json", 400, "not JSON"),
     (b'{"texts": ["\xff\xfe"]}', 400, "not valid UTF-8"),
     (b"[]", 400, "JSON object"),
+    (b"[" * 50_000 + b"]" * 50_000, 400, "nested too deeply"),
     (b'{"sentences": ["zero"]}', 400, "unknown option(s) ['sentences']"),
     (b'{"beam_size": 2}', 400, 'no "texts"'),
     (b'{"texts": "zero"}', 400, "texts must be a list of strings, not a string"),

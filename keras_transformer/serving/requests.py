@@ -80,6 +80,8 @@ def parse_translate(body, limits, count_tokens):
             f"the body is not JSON: {error.msg} (line {error.lineno}, column "
             f"{error.colno})",
         ) from None
+    except RecursionError:
+        raise RequestError(400, "the body's JSON is nested too deeply") from None
     if not isinstance(data, dict):
         raise RequestError(
             400,
