@@ -25,6 +25,16 @@ def non_negative_float(text):
     return value
 
 
+def add_model_argument(parser):
+    """``--model``: a saved translator, or a CTranslate2 export's directory
+    (what ``evaluation.load_translator`` reads)."""
+    parser.add_argument(
+        "--model",
+        required=True,
+        help="a saved translator.keras, or a CTranslate2 export's directory",
+    )
+
+
 def add_search_arguments(parser):
     """--beam-size and --length-penalty, with the paper's defaults (§6.1)."""
     parser.add_argument(

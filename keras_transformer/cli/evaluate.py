@@ -32,6 +32,7 @@ import keras
 from keras_transformer import checkpoints
 from keras_transformer.checkpoints import write_atomic
 from keras_transformer.cli._arguments import (
+    add_model_argument,
     add_search_arguments,
     add_verbose_argument,
     positive_int,
@@ -59,11 +60,7 @@ def _parser():
     parser = argparse.ArgumentParser(
         prog="kt-evaluate", description=__doc__.splitlines()[0]
     )
-    parser.add_argument(
-        "--model",
-        required=True,
-        help="a saved translator.keras, or a CTranslate2 export's directory",
-    )
+    add_model_argument(parser)
     add_verbose_argument(parser)
     parser.add_argument("--source", required=True, help="source sentences")
     parser.add_argument("--reference", required=True, help="reference translations")

@@ -23,7 +23,11 @@ import hashlib
 import os
 import sys
 
-from keras_transformer.cli._arguments import add_verbose_argument, positive_int
+from keras_transformer.cli._arguments import (
+    add_model_argument,
+    add_verbose_argument,
+    positive_int,
+)
 from keras_transformer.cli._process import prepare_process, start_tensorflow
 
 
@@ -65,11 +69,7 @@ def parser():
     parser = argparse.ArgumentParser(
         prog="kt-serve", description=__doc__.splitlines()[0]
     )
-    parser.add_argument(
-        "--model",
-        required=True,
-        help="a saved translator.keras, or a CTranslate2 export's directory",
-    )
+    add_model_argument(parser)
     parser.add_argument("--host", default="127.0.0.1", help="default 127.0.0.1")
     parser.add_argument(
         "--port", type=int, default=8000, help="default 8000; 0 picks a free port"

@@ -17,6 +17,7 @@ import argparse
 import sys
 
 from keras_transformer.cli._arguments import (
+    add_model_argument,
     add_search_arguments,
     add_verbose_argument,
     positive_int,
@@ -62,11 +63,7 @@ def main(argv=None, stdin=None, stdout=None):
     parser = argparse.ArgumentParser(
         prog="kt-translate", description=__doc__.splitlines()[0]
     )
-    parser.add_argument(
-        "--model",
-        required=True,
-        help="a saved translator.keras, or a CTranslate2 export's directory",
-    )
+    add_model_argument(parser)
     add_verbose_argument(parser)
     parser.add_argument("--batch-size", type=positive_int, default=64)
     add_search_arguments(parser)
