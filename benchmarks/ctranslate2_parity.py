@@ -44,7 +44,7 @@ def load_float32_translator(path):
     """The ``.keras`` translator (it searches in float32, the ``Translator``'s
     default, as CTranslate2's float32 export computes) and the dtype policy
     its model was trained under."""
-    from keras_transformer.evaluation import load_translator
+    from keras_transformer.translate.evaluation import load_translator
 
     translator = load_translator(path)
     return translator, translator.transformer.target_embedding.dtype_policy.name

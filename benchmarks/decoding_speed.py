@@ -32,7 +32,7 @@ def measure(batch=32, source_length=16, steps=64, vocab=200, repeats=3, seed=0):
     import numpy as np
 
     import keras_transformer as kt
-    from keras_transformer import decoding
+    from keras_transformer.search import decoding
 
     keras.utils.set_random_seed(seed)
     model = kt.build_model("tiny", src_vocab_size=vocab)
@@ -133,7 +133,7 @@ def main(argv=None):
         return runs
     print(table(runs))
     if args.json:
-        from keras_transformer.checkpoints import write_json_atomic
+        from keras_transformer.trainer.checkpoints import write_json_atomic
 
         write_json_atomic(args.json, runs)
     return runs

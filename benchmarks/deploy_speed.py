@@ -65,7 +65,7 @@ def run_system(system, model, work, texts, search):
     """Translate ``texts`` with ``system`` in this process; the result dict."""
     beam = SEARCHES[search]
     if system.startswith("keras-"):
-        from keras_transformer.evaluation import load_translator
+        from keras_transformer.translate.evaluation import load_translator
 
         translator = load_translator(model)
         if system.endswith("-policy"):
@@ -109,7 +109,7 @@ def run_system(system, model, work, texts, search):
 
 def write_exports(model, work, systems):
     """The exports the systems need, under ``work`` (in this process)."""
-    from keras_transformer.evaluation import load_translator
+    from keras_transformer.translate.evaluation import load_translator
 
     translator = load_translator(model)
     for system in systems:

@@ -33,7 +33,7 @@ from keras_transformer.cli._process import prepare_process
 def float32_reference(translator):
     """A translator that computes in float32 with ``translator``'s weights,
     built here (not by the code under test)."""
-    from keras_transformer.translator import Translator
+    from keras_transformer.translate.keras_translator import Translator
 
     transformer = translator.transformer
     config = dict(transformer.get_config(), dtype="float32")
@@ -122,7 +122,7 @@ def measure(
     import keras_transformer as kt
 
     texts = read_lines(source, limit)
-    from keras_transformer.evaluation import load_translator
+    from keras_transformer.translate.evaluation import load_translator
 
     translator = load_translator(model)
     search = dict(beam_size=beam_size, length_penalty=length_penalty)

@@ -321,7 +321,7 @@ def server_command(args):
 
 def offline_translations(model, sentences, options):
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    from keras_transformer.evaluation import load_translator
+    from keras_transformer.translate.evaluation import load_translator
 
     outputs = load_translator(model).translate(sentences, **options)
     return dict(zip(sentences, outputs, strict=True))

@@ -17,7 +17,7 @@ of keras-hub's layers over ours in that round), and the median and range of
 the rounds' ratios is the figure. The last column counts the page faults
 the process took per step of each variant (median over the rounds): tens of
 thousands mean the step gets fresh memory from the kernel every time
-(``keras_transformer.allocator``).
+(``keras_transformer.trainer.allocator``).
 
 Variants: ``ours`` (Keras' ``SparseCategoricalCrossentropy``, as keras-hub's
 guides train), ``ours_own_loss`` (the loss this package recommends,
@@ -494,7 +494,7 @@ def main(argv=None):
     print(f"{os.cpu_count()} CPU cores, {time.strftime('%Y-%m-%d %H:%M')}; {s}")
     print(profile_table(results) if args.profile else speed_table(results))
     if args.json:
-        from keras_transformer.checkpoints import write_json_atomic
+        from keras_transformer.trainer.checkpoints import write_json_atomic
 
         write_json_atomic(
             args.json, {"setting": dataclasses.asdict(s), "runs": results}

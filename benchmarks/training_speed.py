@@ -58,7 +58,7 @@ from keras_transformer.cli._process import prepare_process
 
 BACKENDS = ("tensorflow", "jax", "torch")
 VARIANTS = ("ours", "keras_hub", "torch")
-START_ID, END_ID = 1, 2  # as in keras_transformer.decoding; 0 is padding
+START_ID, END_ID = 1, 2  # as in keras_transformer.search.decoding; 0 is padding
 
 # Dense bfloat16 peak of known GPUs, TFLOP/s (NVIDIA data sheets), matched
 # against the device name in this order; --peak-tflops for any other.
@@ -324,7 +324,7 @@ def compiled_keras_model(s, variant):
     else:
         model = build_ours(s)
     if variant == "ours_own_loss":
-        from keras_transformer.losses import LabelSmoothedCrossEntropy
+        from keras_transformer.model.losses import LabelSmoothedCrossEntropy
 
         loss = LabelSmoothedCrossEntropy()
     else:
@@ -481,7 +481,7 @@ def decode_ours(s, repeats=3):
     import keras
 
     from benchmarks.timing import time_call
-    from keras_transformer import decoding
+    from keras_transformer.search import decoding
 
     keras.config.set_dtype_policy(s.dtype_policy)
     keras.utils.set_random_seed(s.seed)
@@ -693,7 +693,7 @@ def setting_from_args(args):
         return Setting(**json.loads(args.setting_json))
     s = GPU_SETTING if args.gpu else CPU_SETTING
     if args.config:
-        from keras_transformer.configs import transformer_config
+        from keras_transformer.model.config import transformer_config
 
         c = transformer_config(args.config)
         s = dataclasses.replace(
@@ -748,7 +748,7 @@ def main(argv=None):
     print(f"{platform.machine()}, {os.cpu_count()} CPU cores; {dataclasses.asdict(s)}")
     print(table(results, peak))
     if args.json:
-        from keras_transformer.checkpoints import write_json_atomic
+        from keras_transformer.trainer.checkpoints import write_json_atomic
 
         write_json_atomic(
             args.json, {"setting": dataclasses.asdict(s), "runs": results}

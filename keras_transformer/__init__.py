@@ -3,86 +3,105 @@
 Runs on TensorFlow, JAX and PyTorch (choose with ``KERAS_BACKEND``).
 Importing it changes nothing outside it: process-wide settings (logging, the
 allocator) are the commands' choice, made in their ``main``.
+
+The subsystems, top down: ``cli`` (the commands) over ``serving`` and
+``export``, over ``trainer`` and ``translate`` (the translator interface and
+its engines), over ``search`` (greedy and beam search), ``model`` (Figure 1),
+``layers`` (§3), ``data``, ``distribute`` and the private ``_guards``.
+``docs/design.md`` draws the graph.
 """
 
+import importlib as _importlib
+import os as _os
+import sys as _sys
 import warnings as _warnings
 
-from keras_transformer.attention_maps import AttentionMaps, attention_maps
-from keras_transformer.configs import CONFIGS, TransformerConfig, transformer_config
-from keras_transformer.decoding import beam_search, greedy_search, length_penalty
-from keras_transformer.distribute import (
-    DataParallelSetup,
-    data_parallel,
-    model_parallel,
-)
-from keras_transformer.layers import (
-    DecoderBlock,
-    Dropout,
-    EncoderBlock,
-    MultiHeadAttention,
-    ScaledDotProductAttention,
-    SinusoidalEncoding,
-    TokenEmbedding,
-    sinusoidal_table,
-)
-from keras_transformer.layers.masks import causal_mask, padding_mask
-from keras_transformer.losses import LabelSmoothedCrossEntropy, MaskedAccuracy
-from keras_transformer.model import Transformer, build_model
-from keras_transformer.schedules import TransformerSchedule, transformer_optimizer
-from keras_transformer.search_options import SearchOptions
-from keras_transformer.translator import Translator, inference_copy
+from keras_transformer import _moved
 
-__version__ = "0.3.0"
+__version__ = "0.4.0.dev0"
 
-__all__ = [
-    "AttentionMaps",
-    "CONFIGS",
-    "DataParallelSetup",
-    "DecoderBlock",
-    "Dropout",
-    "EncoderBlock",
-    "LabelSmoothedCrossEntropy",
-    "MaskedAccuracy",
-    "MultiHeadAttention",
-    "ScaledDotProductAttention",
-    "SearchOptions",
-    "SinusoidalEncoding",
-    "TokenEmbedding",
-    "Transformer",
-    "TransformerConfig",
-    "TransformerSchedule",
-    "Translator",
-    "attention_maps",
-    "beam_search",
-    "build_model",
-    "causal_mask",
-    "data_parallel",
-    "model_parallel",
-    "greedy_search",
-    "inference_copy",
-    "length_penalty",
-    "padding_mask",
-    "sinusoidal_table",
-    "transformer_config",
-    "transformer_optimizer",
-]
+# The public API: each name and the module that defines it.
+_PUBLIC = {
+    "AttentionMaps": "keras_transformer.translate.attention_maps",
+    "attention_maps": "keras_transformer.translate.attention_maps",
+    "CONFIGS": "keras_transformer.model.config",
+    "TransformerConfig": "keras_transformer.model.config",
+    "transformer_config": "keras_transformer.model.config",
+    "beam_search": "keras_transformer.search.decoding",
+    "greedy_search": "keras_transformer.search.decoding",
+    "length_penalty": "keras_transformer.search.decoding",
+    "DataParallelSetup": "keras_transformer.distribute.parallel",
+    "data_parallel": "keras_transformer.distribute.parallel",
+    "model_parallel": "keras_transformer.distribute.parallel",
+    "DecoderBlock": "keras_transformer.layers.blocks",
+    "EncoderBlock": "keras_transformer.layers.blocks",
+    "Dropout": "keras_transformer.layers.dropout",
+    "MultiHeadAttention": "keras_transformer.layers.attention",
+    "ScaledDotProductAttention": "keras_transformer.layers.attention",
+    "SinusoidalEncoding": "keras_transformer.layers.position",
+    "sinusoidal_table": "keras_transformer.layers.position",
+    "TokenEmbedding": "keras_transformer.layers.embedding",
+    "causal_mask": "keras_transformer.layers.masks",
+    "padding_mask": "keras_transformer.layers.masks",
+    "LabelSmoothedCrossEntropy": "keras_transformer.model.losses",
+    "MaskedAccuracy": "keras_transformer.model.losses",
+    "Transformer": "keras_transformer.model.transformer",
+    "build_model": "keras_transformer.model.transformer",
+    "TransformerSchedule": "keras_transformer.model.schedules",
+    "transformer_optimizer": "keras_transformer.model.schedules",
+    "SearchOptions": "keras_transformer.search.options",
+    "Translator": "keras_transformer.translate.keras_translator",
+    "inference_copy": "keras_transformer.translate.keras_translator",
+}
+
+__all__ = sorted(_PUBLIC)
+
+# Old names kept for one release: name -> (module, replacement in words).
+_DEPRECATED = {
+    "keep_freed_memory": (
+        "keras_transformer.trainer.allocator",
+        "keras_transformer.trainer.allocator.keep_freed_memory (it changes the "
+        "whole process's allocator: a program's choice, not the model's)",
+    ),
+}
+
+# Commands that may translate without Keras (given a CTranslate2 export);
+# they import what a Keras model needs themselves, once they know.
+_COMMANDS_WITHOUT_KERAS = ("kt-translate", "kt-serve")
+
+_moved.install()
 
 
 def __getattr__(name):
-    """Names that moved, still reachable with a ``DeprecationWarning``."""
-    if name == "get_config":
-        from keras_transformer.configs import get_config
+    module = _PUBLIC.get(name)
+    if module is not None:
+        return getattr(_importlib.import_module(module), name)
+    if name == "get_config":  # the configs' old name, without a warning
+        from keras_transformer.model.config import get_config
 
         return get_config
-    if name == "keep_freed_memory":
+    if name in _DEPRECATED:
+        module, replacement = _DEPRECATED[name]
         _warnings.warn(
-            "keras_transformer.keep_freed_memory moved to "
-            "keras_transformer.allocator.keep_freed_memory (it changes the "
-            "whole process's allocator: a program's choice, not the model's).",
+            f"keras_transformer.{name} moved to {replacement}.",
             DeprecationWarning,
             stacklevel=2,
         )
-        from keras_transformer.allocator import keep_freed_memory
-
-        return keep_freed_memory
+        return getattr(_importlib.import_module(module), name)
     raise AttributeError(f"module 'keras_transformer' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_PUBLIC))
+
+
+def _import_public_api():
+    """Import every public module: Keras finds a saved object's class only
+    if it is registered, so ``keras.saving.load_model`` works after a bare
+    ``import keras_transformer``."""
+    for module in dict.fromkeys(_PUBLIC.values()):
+        _importlib.import_module(module)
+
+
+if _os.path.basename(_sys.argv[0] if _sys.argv else "") not in _COMMANDS_WITHOUT_KERAS:
+    _import_public_api()

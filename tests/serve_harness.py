@@ -13,7 +13,7 @@ import sys
 import time
 
 from keras_transformer.cli import serve as kt_serve
-from keras_transformer.evaluation import load_translator
+from keras_transformer.translate.evaluation import load_translator
 
 
 class FaultyTranslator:

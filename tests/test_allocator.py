@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from keras_transformer import allocator
+from keras_transformer.trainer import allocator
 
 ALLOCATOR = Path(allocator.__file__)
 

@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 
 import keras_transformer as kt
-from keras_transformer.attention_maps import AttentionMaps, attention_maps
+from keras_transformer.translate.attention_maps import AttentionMaps, attention_maps
 from keras_transformer.cli import attention as attention_cli
 from keras_transformer.data import tokenizer as tk
 from keras_transformer.data.numbers import english, german
-from keras_transformer.plotting import plot_attention, plot_attention_maps
+from keras_transformer.translate.plotting import plot_attention, plot_attention_maps
 
 NUMBERS = list(range(0, 1000, 7))
 # Two layers, so that "the last layer" and "layer 0" differ; max_length 16

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 import keras_transformer as kt
-from keras_transformer import checkpoints
-from keras_transformer.callbacks import Checkpointer, TimeBudget
+from keras_transformer.trainer import checkpoints
+from keras_transformer.trainer.callbacks import Checkpointer, TimeBudget
 
 
 def small_model(seed=0, compile=True):

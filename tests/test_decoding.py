@@ -1,4 +1,4 @@
-"""keras_transformer.decoding: the key/value cache, greedy and beam search.
+"""keras_transformer.search.decoding: the key/value cache, greedy and beam search.
 
 Searches against hand-written references on a trained model are in
 test_translator.py; here: the cache step by step against the full model, and
@@ -10,7 +10,8 @@ import keras
 import numpy as np
 import pytest
 
-from keras_transformer import build_model, decoding
+from keras_transformer import build_model
+from keras_transformer.search import decoding
 from tests import numpy_reference
 
 VOCAB = 40

@@ -258,8 +258,8 @@ def test_torch_has_no_data_parallel():
 
 
 def test_one_process_is_its_own_chief():
-    """keras_transformer.cluster on one process: identities, and process 0."""
-    from keras_transformer import cluster
+    """keras_transformer.distribute.cluster on one process: identities, and process 0."""
+    from keras_transformer.distribute import cluster
 
     assert cluster.process_count() == 1 and cluster.is_chief()
     assert cluster.process_index() == 0
@@ -284,7 +284,7 @@ def test_one_process_is_its_own_chief():
     ],
 )
 def test_a_malformed_cluster_is_refused_before_joining(monkeypatch, variables, match):
-    from keras_transformer import cluster
+    from keras_transformer.distribute import cluster
 
     monkeypatch.setenv("KERAS_DISTRIBUTION_JOB_ADDRESSES", "127.0.0.1:1,127.0.0.1:2")
     monkeypatch.setenv("KERAS_DISTRIBUTION_PROCESS_ID", "0")

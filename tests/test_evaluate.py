@@ -7,7 +7,7 @@ import pytest
 
 import keras_transformer as kt
 from keras_transformer import data as data_module
-from keras_transformer import evaluation
+from keras_transformer.translate import evaluation
 from keras_transformer.cli import evaluate
 from keras_transformer.data import tokenizer as tk
 
@@ -170,7 +170,7 @@ def test_end_to_end(model_path, data, tmp_path, capsys):
 @pytest.mark.slow
 @pytest.mark.once
 def test_weights_from_a_checkpoint(model_path, data, tmp_path, capsys):
-    from keras_transformer import checkpoints
+    from keras_transformer.trainer import checkpoints
 
     source, reference = data
     translator = evaluation.load_translator(model_path)

@@ -126,6 +126,6 @@ def test_kt_export_refuses_what_it_cannot_do(folder, tmp_path, capsys):
     assert sorted(p.name for p in folder.iterdir()) == before
     assert not (tmp_path / "x").exists()
     with pytest.raises(IsADirectoryError, match="not a CTranslate2 export"):
-        from keras_transformer.evaluation import load_translator
+        from keras_transformer.translate.evaluation import load_translator
 
         load_translator(tmp_path)

@@ -27,7 +27,7 @@ from keras_transformer import build_model
 from keras_transformer.data import tokenizer as tk
 from keras_transformer.data.numbers import EDGE_NUMBERS, english
 from keras_transformer.export import ctranslate2 as kt_ct2
-from keras_transformer.translator import Translator
+from keras_transformer.translate.keras_translator import Translator
 
 FIXTURE = os.path.join(
     os.path.dirname(__file__), "fixtures", "v0_2_0", "translator.keras"

@@ -5,7 +5,7 @@ exception in a callback, Ctrl-C, a loss that fails while tracing) and then
 checks what matters to the user: the variables hold, bit for bit, the values
 of the last completed step, and the model still predicts what it predicted.
 On JAX, Keras' trainer detaches the variables while it loops; unguarded, such
-a failure would leave the model without weights (keras_transformer._fault_safe).
+a failure would leave the model without weights (keras_transformer._guards.fault_safe).
 """
 
 import keras
@@ -448,7 +448,7 @@ def test_range_check_inside_torch_compile_raises_the_eager_error():
     test_model.py::test_compiled_training_under_mixed_bfloat16."""
     import torch
 
-    from keras_transformer import _checks
+    from keras_transformer._guards import checks as _checks
 
     def step(ids):
         return (
@@ -468,7 +468,7 @@ def test_the_guards_stand_aside_on_an_untested_keras(trained, monkeypatch):
     not tested with, they say so once and do nothing (inputs still checked)."""
     import warnings
 
-    from keras_transformer import _fault_safe
+    from keras_transformer._guards import fault_safe as _fault_safe
 
     model, x, _, expected = trained
     recorded = []

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from keras import ops
 
-from keras_transformer.losses import LabelSmoothedCrossEntropy, MaskedAccuracy
-from keras_transformer.model import build_model
+from keras_transformer.model.losses import LabelSmoothedCrossEntropy, MaskedAccuracy
+from keras_transformer.model.transformer import build_model
 
 BACKEND = keras.backend.backend()
 VOCAB = 30

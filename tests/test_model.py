@@ -18,7 +18,7 @@ import pytest
 from keras import ops
 
 import keras_transformer as kt
-from keras_transformer.model import Transformer
+from keras_transformer.model.transformer import Transformer
 
 BACKEND = keras.backend.backend()
 VOCAB = 40
@@ -909,7 +909,7 @@ def test_compiled_torch_steps_check_each_batch_on_the_host(monkeypatch):
     ``test_compiled_training_under_mixed_bfloat16`` runs."""
     import torch
 
-    from keras_transformer import _checks
+    from keras_transformer._guards import checks as _checks
 
     monkeypatch.setattr(torch, "compile", lambda function: function)
     flags = []
@@ -1120,9 +1120,9 @@ def test_the_old_names_still_work_with_a_deprecation_warning():
         assert kt.get_config("tiny", d_model=64) == kt.transformer_config(
             "tiny", d_model=64
         )
-    from keras_transformer import allocator
+    from keras_transformer.trainer import allocator
 
-    with pytest.warns(DeprecationWarning, match="keras_transformer.allocator"):
+    with pytest.warns(DeprecationWarning, match="keras_transformer.trainer.allocator"):
         assert kt.keep_freed_memory is allocator.keep_freed_memory
     assert "keep_freed_memory" not in kt.__all__ and "get_config" not in kt.__all__
     with pytest.raises(AttributeError, match="no attribute 'missing'"):

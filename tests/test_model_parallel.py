@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import keras_transformer as kt
-from keras_transformer import distribute
+from keras_transformer.distribute import parallel as distribute
 
 BACKEND = keras.backend.backend()
 SIZES = dict(d_model=16, num_heads=4, d_ff=32, num_layers=1, max_length=16)

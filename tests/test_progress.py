@@ -4,7 +4,7 @@ import io
 
 import pytest
 
-from keras_transformer.callbacks import ProgressLog, TimeBudget
+from keras_transformer.trainer.callbacks import ProgressLog, TimeBudget
 from keras_transformer.progress import Progress, duration
 
 pytestmark = pytest.mark.once

@@ -21,10 +21,10 @@ import keras
 import numpy as np
 import pytest
 
-from keras_transformer import checkpoints
+from keras_transformer.trainer import checkpoints
 from keras_transformer.cli import train
-from keras_transformer.evaluation import load_translator
-from keras_transformer.model import Transformer
+from keras_transformer.translate.evaluation import load_translator
+from keras_transformer.model.transformer import Transformer
 from keras_transformer.trainer.lock import FolderInUse, FolderLock, lock_path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -273,7 +273,7 @@ def test_sigterm_mid_epoch_loses_at_most_the_batch_in_flight(
 ):
     """A real SIGTERM to this process while kt-train's ``main`` trains in it,
     sent as batch 5 ends: batch 6 is the one in flight."""
-    from keras_transformer.callbacks import Checkpointer
+    from keras_transformer.trainer.callbacks import Checkpointer
 
     out = tmp_path / "run"
     argv = command(out, "--epochs", "2", "--checkpoint-steps", "100000")
@@ -306,7 +306,7 @@ def test_sigterm_mid_epoch_loses_at_most_the_batch_in_flight(
 
 @pytest.mark.once
 def test_a_second_signal_stops_at_once(monkeypatch):
-    from keras_transformer.callbacks import StopOnSignal
+    from keras_transformer.trainer.callbacks import StopOnSignal
 
     exits = []
     monkeypatch.setattr(os, "_exit", exits.append)

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from keras import ops
 
-from keras_transformer.schedules import TransformerSchedule, transformer_optimizer
+from keras_transformer.model.schedules import TransformerSchedule, transformer_optimizer
 
 
 def paper_rate(step, d_model, warmup_steps, scale=1.0):

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from keras import ops
 
-from keras_transformer import decoding
+from keras_transformer.search import decoding
 
 START, END, PAD = 7, 8, 9
 VOCAB = 20

@@ -27,7 +27,7 @@ import urllib.parse
 
 import pytest
 
-from keras_transformer.evaluation import load_translator
+from keras_transformer.translate.evaluation import load_translator
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIXTURE = os.path.join(ROOT, "tests", "fixtures", "v0_2_0", "translator.keras")
@@ -269,7 +269,7 @@ def test_the_ctranslate2_export_is_served_and_answers_as_it_translates(
     translator, tmp_path
 ):
     from keras_transformer.export.ctranslate2 import export_ctranslate2
-    from keras_transformer.export.ctranslate2_translator import load_ctranslate2
+    from keras_transformer.translate.ctranslate2_translator import load_ctranslate2
 
     path = export_ctranslate2(translator, tmp_path / "numbers")
     running = Server("keras_transformer.cli.serve", "--model", str(path))

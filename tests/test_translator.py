@@ -15,7 +15,7 @@ import pytest
 from keras_transformer import build_model
 from keras_transformer.data import tokenizer as tk
 from keras_transformer.data.numbers import english, german
-from keras_transformer.translator import Translator
+from keras_transformer.translate.keras_translator import Translator
 from tests import numpy_reference
 
 NUMBERS = list(range(0, 1000, 5))  # 200 numbers
@@ -354,7 +354,7 @@ def test_beam_size_one_is_greedy(trained):
     ]
     assert trained.translate_ids(texts[:4], beam_size=1, max_output_length=12) == greedy
     # beam_size=1 runs the greedy loop; the beam loop with one beam agrees.
-    from keras_transformer import decoding
+    from keras_transformer.search import decoding
 
     src = np.zeros((len(texts), 16), "int32")
     for i, row in enumerate(tk.encode(trained.tokenizer, texts)):
@@ -412,7 +412,8 @@ def test_verbose_shows_sentences_done_on_stderr(tokenizer, capsys):
 
 @pytest.mark.once
 def test_search_options_are_one_value_checked_once(trained, monkeypatch):
-    from keras_transformer import SearchOptions, decoding
+    from keras_transformer import SearchOptions
+    from keras_transformer.search import decoding
 
     checks = []
     real = decoding.check_beam_size
@@ -445,7 +446,7 @@ def test_search_options_are_one_value_checked_once(trained, monkeypatch):
 
 @pytest.mark.once
 def test_n_best_gives_the_searchs_own_scores(trained, monkeypatch):
-    from keras_transformer import decoding
+    from keras_transformer.search import decoding
 
     returned = []
     real = decoding.beam_search
@@ -511,7 +512,7 @@ def test_warm_up_searches_every_shape_a_fixed_batch_can_take(trained, monkeypatc
     """Every (rows, source width, output width) that fixed_batch calls of
     any size and length give the search was given to it by warm_up, and
     those calls translate as the translator does without the options."""
-    from keras_transformer import decoding
+    from keras_transformer.search import decoding
     from keras_transformer.data.batching import bucket_length
 
     translator = Translator(trained.tokenizer, trained.transformer)

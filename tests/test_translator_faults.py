@@ -17,7 +17,8 @@ import keras
 import pytest
 
 import keras_transformer as kt
-from keras_transformer import decoding, evaluation
+from keras_transformer.search import decoding
+from keras_transformer.translate import evaluation
 from keras_transformer.cli import attention, evaluate, translate
 from keras_transformer.data import tokenizer as tk
 from tests.test_evaluate import SENTENCES

@@ -17,7 +17,7 @@ import numpy as np
 
 import keras_transformer as kt
 from keras_transformer import data
-from keras_transformer.callbacks import TimeBudget
+from keras_transformer.trainer.callbacks import TimeBudget
 
 
 def batches(tokenizer, pairs, batch_tokens, shuffle=True):

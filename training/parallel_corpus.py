@@ -17,8 +17,8 @@ import keras
 
 import keras_transformer as kt
 from keras_transformer import data
-from keras_transformer.callbacks import TimeBudget
-from keras_transformer.evaluation import score
+from keras_transformer.trainer.callbacks import TimeBudget
+from keras_transformer.translate.evaluation import score
 
 
 def batches(tokenizer, pairs, batch_tokens, max_length, shuffle=True):

@@ -10,7 +10,7 @@ import os
 import sys
 import warnings
 
-from keras_transformer.allocator import keep_freed_memory
+from keras_transformer.trainer.allocator import keep_freed_memory
 from keras_transformer.data.corpus import CorpusWarning
 
 

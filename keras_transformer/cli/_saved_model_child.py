@@ -46,7 +46,7 @@ def main(argv=None):
         os.environ.setdefault("KERAS_BACKEND", "tensorflow")
         import keras
 
-        from keras_transformer.search_options import SearchOptions
+        from keras_transformer.search.options import SearchOptions
 
         if keras.backend.backend() != "tensorflow":
             raise RuntimeError(

@@ -17,12 +17,12 @@ import argparse
 import io
 import os
 
-from keras_transformer.attention_maps import attention_maps
-from keras_transformer.checkpoints import write_atomic
+from keras_transformer.translate.attention_maps import attention_maps
+from keras_transformer.trainer.checkpoints import write_atomic
 from keras_transformer.cli._arguments import add_verbose_argument
 from keras_transformer.cli._process import prepare_process, start_tensorflow
-from keras_transformer.evaluation import ModelFileError, load_translator
-from keras_transformer.plotting import KINDS, plot_attention_maps
+from keras_transformer.translate.evaluation import ModelFileError, load_translator
+from keras_transformer.translate.plotting import KINDS, plot_attention_maps
 
 
 def main(argv=None):

@@ -29,8 +29,8 @@ import time
 
 import keras
 
-from keras_transformer import checkpoints
-from keras_transformer.checkpoints import write_atomic
+from keras_transformer.trainer import checkpoints
+from keras_transformer.trainer.checkpoints import write_atomic
 from keras_transformer.cli._arguments import (
     add_model_argument,
     add_search_arguments,
@@ -40,7 +40,7 @@ from keras_transformer.cli._arguments import (
 )
 from keras_transformer.cli._process import prepare_process, start_tensorflow
 from keras_transformer.data.corpus import CorpusError, read_parallel
-from keras_transformer.evaluation import ModelFileError, load_translator, score
+from keras_transformer.translate.evaluation import ModelFileError, load_translator, score
 
 
 def default_out(model_path, source_path):

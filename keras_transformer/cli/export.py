@@ -21,7 +21,7 @@ import argparse
 
 from keras_transformer.cli._arguments import add_search_arguments, add_verbose_argument
 from keras_transformer.cli._process import prepare_process, start_tensorflow
-from keras_transformer.evaluation import ModelFileError, load_translator
+from keras_transformer.translate.evaluation import ModelFileError, load_translator
 
 FORMATS = ("ctranslate2", "saved_model")
 

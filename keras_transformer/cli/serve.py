@@ -151,7 +151,7 @@ def main(argv=None, load=None):
         start_tensorflow(args.verbose)  # quietly, before the tokenizer needs it
 
     if load is None:
-        from keras_transformer.evaluation import load_translator as load
+        from keras_transformer.translate.evaluation import load_translator as load
 
     service = Service(
         lambda: load(args.model),

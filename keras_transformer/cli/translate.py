@@ -24,7 +24,7 @@ from keras_transformer.cli._arguments import (
     search_options,
 )
 from keras_transformer.cli._process import prepare_process, start_tensorflow
-from keras_transformer.evaluation import ModelFileError, load_translator
+from keras_transformer.translate.evaluation import ModelFileError, load_translator
 
 
 def read_sentences(arguments, stdin):

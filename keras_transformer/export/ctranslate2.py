@@ -56,7 +56,7 @@ import warnings
 import numpy as np
 
 from keras_transformer import atomic
-from keras_transformer.export.ctranslate2_translator import (  # noqa: F401
+from keras_transformer.translate.ctranslate2_translator import (  # noqa: F401
     _SEARCH_LENGTH_PENALTY,
     DEFAULT_BATCH_SIZES,
     FORMAT,
@@ -187,7 +187,7 @@ def _check_out_dir(out_dir, overwrite):
 
 
 def _load_translator(translator):
-    from keras_transformer.translator import Translator
+    from keras_transformer.translate.keras_translator import Translator
 
     if isinstance(translator, (str, os.PathLike)):
         import keras
@@ -195,7 +195,7 @@ def _load_translator(translator):
         path = os.fspath(translator)
         with warnings.catch_warnings():
             # keras-hub 0.32 opens the vocabulary asset without closing it
-            # (see keras_transformer.translator).
+            # (see keras_transformer.translate.keras_translator).
             warnings.simplefilter("ignore", ResourceWarning)
             model = keras.saving.load_model(path)
             gc.collect()
@@ -473,7 +473,7 @@ def _policy_name(policy):
 
 
 def _extra_output_length():
-    from keras_transformer.translator import EXTRA_OUTPUT_LENGTH
+    from keras_transformer.translate.keras_translator import EXTRA_OUTPUT_LENGTH
 
     return EXTRA_OUTPUT_LENGTH
 

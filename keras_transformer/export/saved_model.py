@@ -33,7 +33,7 @@ What the graph does is what ``Translator.translate`` does:
   ``batch_size``) and to the translator's bucket widths (8, 16, 32, ... up
   to ``max_length``), with the same output limit per sentence (source
   length + 50, or ``max_output_length``, never more than ``max_length``);
-- search with ``keras_transformer.decoding`` (cached beam search, greedy
+- search with ``keras_transformer.search.decoding`` (cached beam search, greedy
   when ``beam_size=1``, stopping once the best hypothesis is settled as
   ``Translator.translate`` does) in float32, XLA-compiled as the
   translator's loop is on TensorFlow (``jit_compile=False``: plain
@@ -76,7 +76,7 @@ import tempfile
 import uuid
 
 # The signature's names, for callers: translate(texts=...)["translations"].
-from keras_transformer.export._saved_model_graph import (  # noqa: F401
+from keras_transformer.export.saved_model_graph import (  # noqa: F401
     INPUT,
     OUTPUT,
     SIGNATURE,
@@ -134,7 +134,7 @@ def export_saved_model(
         ImportError: ``tensorflow`` or ``tensorflow-text`` is not installed.
         RuntimeError: the export subprocess (JAX, PyTorch) failed otherwise.
     """
-    from keras_transformer.search_options import SearchOptions
+    from keras_transformer.search.options import SearchOptions
 
     search = SearchOptions.of(search, **options)
     # A truthy string such as "no" must not replace a directory.
@@ -168,7 +168,7 @@ def export_saved_model(
 
 
 def _check_translator(translator):
-    from keras_transformer.translator import Translator
+    from keras_transformer.translate.keras_translator import Translator
 
     if not isinstance(translator, Translator):
         raise TypeError(

@@ -5,7 +5,8 @@ import math
 import keras
 from keras import ops
 
-from keras_transformer import _checks, backend
+from keras_transformer import backend
+from keras_transformer._guards import checks as _checks
 from keras_transformer.layers import masks as masks_lib
 from keras_transformer.layers.dropout import Dropout
 

@@ -5,7 +5,7 @@ import inspect
 import keras
 from keras import ops
 
-from keras_transformer import _checks
+from keras_transformer._guards import checks as _checks
 from keras_transformer.layers.attention import (
     MultiHeadAttention,
     _fresh_initializer,

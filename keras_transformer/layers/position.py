@@ -3,7 +3,7 @@
 import keras
 from keras import ops
 
-from keras_transformer import _checks
+from keras_transformer._guards import checks as _checks
 
 
 def sinusoidal_table(positions, d_model, base=10000.0):

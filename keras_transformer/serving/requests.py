@@ -8,7 +8,7 @@ queue, so it cannot hold up or break anyone else's batch.
 import dataclasses
 import json
 
-from keras_transformer.decoding import check_beam_size, check_length_penalty
+from keras_transformer.search.decoding import check_beam_size, check_length_penalty
 
 OPTIONS = ("texts", "beam_size", "length_penalty")
 

@@ -9,7 +9,7 @@ by ``TrainConfig.checked()``, which also refuses settings that cannot work.
 import dataclasses
 
 from keras_transformer import backend
-from keras_transformer.configs import transformer_config
+from keras_transformer.model.config import transformer_config
 from keras_transformer.data import SHORT_REPEATS, UNK_ID
 from keras_transformer.trainer.errors import ConfigError
 from keras_transformer.trainer.tasks import task_class

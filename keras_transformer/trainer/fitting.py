@@ -13,8 +13,9 @@ import sys
 import keras
 
 import keras_transformer as kt
-from keras_transformer import checkpoints, cluster
-from keras_transformer.callbacks import (
+from keras_transformer.trainer import checkpoints
+from keras_transformer.distribute import cluster
+from keras_transformer.trainer.callbacks import (
     Checkpointer,
     ProgressLog,
     StopOnSignal,

@@ -15,7 +15,7 @@ import time
 
 import numpy as np
 
-from keras_transformer import cluster
+from keras_transformer.distribute import cluster
 from keras_transformer import data as ktd
 from keras_transformer.atomic import DiskFullError, is_disk_full
 from keras_transformer.data.batching import TRAINING_BUCKETS, bucket_boundaries

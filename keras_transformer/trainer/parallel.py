@@ -6,7 +6,7 @@ folder's verdict, the tokenizer, when to stop), writes and prints.
 """
 
 import keras_transformer as kt
-from keras_transformer import cluster
+from keras_transformer.distribute import cluster
 from keras_transformer.trainer.errors import UsageError
 
 

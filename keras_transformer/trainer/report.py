@@ -2,7 +2,7 @@
 
 import keras
 
-from keras_transformer.evaluation import load_translator
+from keras_transformer.translate.evaluation import load_translator
 from keras_transformer.trainer.parallel import log
 
 

@@ -22,7 +22,8 @@ import signal
 import keras
 
 import keras_transformer as kt
-from keras_transformer import checkpoints, cluster
+from keras_transformer.trainer import checkpoints
+from keras_transformer.distribute import cluster
 from keras_transformer.atomic import DiskFullError
 from keras_transformer.trainer import fitting, inputs
 from keras_transformer.trainer.errors import (
@@ -35,7 +36,7 @@ from keras_transformer.trainer.parallel import agreed, log, set_up
 from keras_transformer.trainer.report import report
 from keras_transformer.trainer.run_folder import RESULTS_FILE, RunFolder
 from keras_transformer.trainer.tasks import make_task
-from keras_transformer.translator import Translator, inference_copy
+from keras_transformer.translate.keras_translator import Translator, inference_copy
 
 
 def train(config):

@@ -28,7 +28,7 @@ import json
 import os
 import shutil
 
-from keras_transformer import checkpoints
+from keras_transformer.trainer import checkpoints
 from keras_transformer.trainer.errors import UsageError
 from keras_transformer.trainer.lock import FolderInUse, FolderLock
 

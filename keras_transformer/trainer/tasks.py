@@ -13,7 +13,7 @@ import time
 import numpy as np
 
 from keras_transformer import data as ktd
-from keras_transformer.evaluation import score
+from keras_transformer.translate.evaluation import score
 from keras_transformer.trainer.errors import ConfigError, UsageError
 from keras_transformer.trainer.parallel import log
 

@@ -16,7 +16,7 @@ they are checked depends on where the values are:
   layers' own checks (``TokenEmbedding``) and ``checked_targets`` in
   ``compute_loss``.
 
-Decoding checks its source ids on the host (``keras_transformer.decoding``)
+Decoding checks its source ids on the host (``keras_transformer.search.decoding``)
 and runs its compiled loop without checks; a translator checks its texts
 (``check_texts``) before it tokenizes them.
 """
@@ -27,7 +27,8 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_transformer import _checks, backend
+from keras_transformer import backend
+from keras_transformer._guards import checks as _checks
 
 INPUT_NAMES = ("encoder_inputs", "decoder_inputs")
 

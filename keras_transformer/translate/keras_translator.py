@@ -6,7 +6,7 @@ transformer's weights and the tokenizer's vocabulary (as the asset
 ``vocabulary.spm``), and ``keras.saving.load_model("t.keras")`` rebuilds it on
 any backend without ``custom_objects``.
 
-Decoding (the search itself is ``keras_transformer.decoding``):
+Decoding (the search itself is ``keras_transformer.search.decoding``):
 
 - Beam search with 4 beams and length penalty α = 0.6 by default, as in the
   paper (§6.1); ``beam_size=1`` is greedy search. A key/value cache makes
@@ -49,8 +49,8 @@ import warnings
 import keras
 import numpy as np
 
-from keras_transformer import decoding
-from keras_transformer._inputs import check_texts
+from keras_transformer.search import decoding
+from keras_transformer._guards.inputs import check_texts
 from keras_transformer.data.batching import bucket_length
 from keras_transformer.data.tokenizer import (
     END_ID,
@@ -61,7 +61,7 @@ from keras_transformer.data.tokenizer import (
     special_ids,
 )
 from keras_transformer.progress import Progress
-from keras_transformer.search_options import (
+from keras_transformer.search.options import (
     SearchOptions,
     check_length,
     check_n_best,

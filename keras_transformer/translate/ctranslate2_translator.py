@@ -10,7 +10,7 @@ for a bad sentence, the same ``UserWarning`` for a source longer than
 with characters the tokenizer cannot spell. Sources are given to CTranslate2
 as pieces ending with ``</s>``, as the model was trained.
 
-Decoding matches ``keras_transformer.decoding``:
+Decoding matches ``keras_transformer.search.decoding``:
 
 - The output-length rule is the Translator's: at most the source length
   (``</s>`` excluded) + 50 tokens, or ``max_output_length``, never more than
@@ -179,7 +179,7 @@ class CTranslate2Translator:
         patience=PATIENCE,
         device="cpu",
     ):
-        from keras_transformer.search_options import check_length
+        from keras_transformer.search.options import check_length
 
         ctranslate2 = _import_ctranslate2()
         path = os.path.abspath(os.fspath(path))
@@ -263,7 +263,7 @@ class CTranslate2Translator:
     def encode_sources(self, texts):
         """As ``Translator.encode_sources`` (the same code): ids ending with
         ``END_ID``, cut to ``max_length``, with the same warnings."""
-        from keras_transformer.translator import Translator
+        from keras_transformer.translate.keras_translator import Translator
 
         return Translator.encode_sources(self, texts)
 
@@ -287,7 +287,7 @@ class CTranslate2Translator:
         """As ``Translator.n_best``: per sentence, the ``n`` best
         ``(translation, score)``, the score ``log P(Y | X) / lp(Y)`` (GNMT)."""
         from keras_transformer.data.tokenizer import decode
-        from keras_transformer.search_options import check_n_best
+        from keras_transformer.search.options import check_n_best
 
         search, explicit = self._search(search, options)
         n = check_n_best(n, search.beam_size)
@@ -320,7 +320,7 @@ class CTranslate2Translator:
 
     @staticmethod
     def _search(search, options):
-        from keras_transformer.search_options import SearchOptions
+        from keras_transformer.search.options import SearchOptions
 
         checked = SearchOptions.of(search, **options)
         # SearchOptions' default batch size is the Keras translator's; here
@@ -449,7 +449,7 @@ class CTranslate2Translator:
 
     def _hypotheses(self, result, search):
         """``[(ids, score)]`` best first by our score, from CTranslate2's."""
-        from keras_transformer.decoding import length_penalty
+        from keras_transformer.search.decoding import length_penalty
 
         alpha = search.length_penalty
         ranked = []

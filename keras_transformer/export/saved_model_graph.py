@@ -27,7 +27,7 @@ def _float32_transformer(transformer):
 def _widths(max_length):
     """The translator's bucket widths up to ``max_length``, in order."""
     from keras_transformer.data.batching import bucket_length
-    from keras_transformer.translator import _WIDTHS
+    from keras_transformer.translate.keras_translator import _WIDTHS
 
     return sorted(
         {bucket_length(n, max_length, **_WIDTHS) for n in range(1, max_length + 1)}
@@ -38,7 +38,7 @@ def _output_widths(max_length, max_output_length):
     """The output widths a chunk can need: every sentence's output limit is
     ``max_output_length``, or at least ``EXTRA_OUTPUT_LENGTH`` (an empty
     source), never more than ``max_length``; narrower buckets never serve."""
-    from keras_transformer.translator import EXTRA_OUTPUT_LENGTH
+    from keras_transformer.translate.keras_translator import EXTRA_OUTPUT_LENGTH
 
     widths = _widths(max_length)
     if max_output_length is None:
@@ -54,7 +54,7 @@ def _bucket(widths, length):
 def _metadata(translator, transformer, search, jit_compile):
     import keras_transformer
     from keras_transformer.data.tokenizer import special_ids
-    from keras_transformer.translator import EXTRA_OUTPUT_LENGTH
+    from keras_transformer.translate.keras_translator import EXTRA_OUTPUT_LENGTH
 
     max_output_length = search.max_output_length
     if max_output_length is None:
@@ -94,7 +94,7 @@ def _write(translator, directory, search, jit_compile=True):
     import tensorflow as tf
     import tensorflow_text as tf_text
 
-    from keras_transformer import decoding
+    from keras_transformer.search import decoding
     from keras_transformer.data.tokenizer import special_ids
 
     transformer = _float32_transformer(translator.transformer)
@@ -123,7 +123,7 @@ def _searches(transformer, ids, widths, search, jit_compile):
     search, not a tensor."""
     import tensorflow as tf
 
-    from keras_transformer import decoding
+    from keras_transformer.search import decoding
 
     beam_size, use_cache = search.beam_size, search.use_cache
 
@@ -188,7 +188,7 @@ def _encode_sources(tokenizer, texts, max_length, ids, fixed_limit):
     their lengths and their output limits, in the graph."""
     import tensorflow as tf
 
-    from keras_transformer.translator import EXTRA_OUTPUT_LENGTH
+    from keras_transformer.translate.keras_translator import EXTRA_OUTPUT_LENGTH
 
     pieces = tokenizer.tokenize(texts)
     # Translator.encode_sources: at most max_length - 1 tokens, then END.
@@ -309,7 +309,7 @@ def _save(module, translate, transformer, metadata, directory):
     its signatures."""
     import tensorflow as tf
 
-    from keras_transformer import decoding
+    from keras_transformer.search import decoding
 
     with tempfile.TemporaryDirectory() as scratch:
         metadata_path = os.path.join(scratch, METADATA_FILE)

@@ -28,7 +28,7 @@ import uuid
 import keras
 import numpy as np
 
-from keras_transformer import cluster
+from keras_transformer.distribute import cluster
 from keras_transformer.atomic import (  # noqa: F401 (this module's API too)
     DiskFullError,
     ensure_room,

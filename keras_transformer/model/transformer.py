@@ -12,8 +12,8 @@ import dataclasses
 import keras
 from keras import ops
 
-from keras_transformer._guarded_model import GuardedModel
-from keras_transformer.configs import TransformerConfig, transformer_config
+from keras_transformer._guards.guarded_model import GuardedModel
+from keras_transformer.model.config import TransformerConfig, transformer_config
 from keras_transformer.layers import masks
 from keras_transformer.layers.attention import call_sublayer
 from keras_transformer.layers.blocks import DecoderBlock, EncoderBlock

@@ -8,7 +8,7 @@ import zipfile
 
 import keras
 
-from keras_transformer.translator import Translator
+from keras_transformer.translate.keras_translator import Translator
 
 
 def score(hypotheses, references):
@@ -136,7 +136,7 @@ def load_translator(path):
                 f"{path}: is a directory but not a CTranslate2 export (no "
                 f"{EXPORT_MARK}); pass the .keras file inside it"
             )
-        from keras_transformer.export.ctranslate2_translator import load_ctranslate2
+        from keras_transformer.translate.ctranslate2_translator import load_ctranslate2
 
         try:
             return load_ctranslate2(path)

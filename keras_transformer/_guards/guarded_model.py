@@ -7,7 +7,9 @@ are checked by ``_inputs`` (once per path), weights kept by ``_fault_safe``.
 
 import keras
 
-from keras_transformer import _checks, _fault_safe, _inputs
+from keras_transformer._guards import checks as _checks
+from keras_transformer._guards import fault_safe as _fault_safe
+from keras_transformer._guards import inputs as _inputs
 
 
 class GuardedModel(keras.Model):

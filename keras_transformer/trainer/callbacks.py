@@ -12,7 +12,8 @@ import time
 
 import keras
 
-from keras_transformer import checkpoints, progress
+from keras_transformer import progress
+from keras_transformer.trainer import checkpoints
 
 
 class TimeBudget(keras.callbacks.Callback):
@@ -30,7 +31,7 @@ class TimeBudget(keras.callbacks.Callback):
         agree: optional callable, ``agree(spent) -> bool``: turns this
             process's verdict into the one all processes act on (several
             processes training one model must stop at the same batch;
-            ``keras_transformer.cluster.broadcast_flag`` gives process 0's).
+            ``keras_transformer.distribute.cluster.broadcast_flag`` gives process 0's).
     """
 
     def __init__(self, max_seconds=None, elapsed=0.0, agree=None):
@@ -87,7 +88,7 @@ class Checkpointer(keras.callbacks.Callback):
     written before are all finite.
 
     Args:
-        directory: where checkpoints go (see ``keras_transformer.checkpoints``).
+        directory: where checkpoints go (see ``keras_transformer.trainer.checkpoints``).
         epoch_length: batches in a full epoch.
         every_steps: int >= 1 or None (only at epoch ends).
         keep: int or None, how many checkpoints to keep.
@@ -215,7 +216,7 @@ class StopOnSignal(keras.callbacks.Callback):
         requests: signals that only ask for the stop.
         agree: optional callable, ``agree(signal_number_or_0) -> int``: what
             every process acts on (several processes training one model stop
-            at the same batch; ``keras_transformer.cluster.largest``).
+            at the same batch; ``keras_transformer.distribute.cluster.largest``).
         stream: where the notice goes (default ``sys.stderr``).
 
     Attributes:

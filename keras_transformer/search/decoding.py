@@ -57,8 +57,10 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_transformer import _checks, _inputs, backend
-from keras_transformer._search_steps import _search_loop
+from keras_transformer import backend
+from keras_transformer._guards import checks as _checks
+from keras_transformer._guards import inputs as _inputs
+from keras_transformer.search.steps import _search_loop
 from keras_transformer.special_tokens import END_ID, PAD_ID, START_ID
 
 # Log-probability of an impossible candidate. Finite, so that arithmetic on it

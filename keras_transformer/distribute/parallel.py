@@ -8,7 +8,7 @@
   sharded along its first axis, and the whole step is one ``jax.jit`` over the
   global batch, so losses and gradients are those of the global batch.
   With ``KERAS_DISTRIBUTION_JOB_ADDRESSES`` set (several processes or
-  hosts), ``keras_transformer.cluster.join()`` joins the cluster first (the
+  hosts), ``keras_transformer.distribute.cluster.join()`` joins the cluster first (the
   variables of ``keras.distribution.initialize()``); then ``data_parallel()``
   must come before any other JAX work, and each process feeds its own share
   of every global batch (Keras' ``auto_shard_dataset`` is off: it shards only
@@ -19,7 +19,7 @@
   replicas. A per-token mean loss equals the single-device loss only if each
   replica divides by the token count of the whole batch; Keras' own scaling
   by ``1 / num_replicas`` is exact only when every slice holds as many real
-  tokens (see ``keras_transformer.losses``).
+  tokens (see ``keras_transformer.model.losses``).
 - **PyTorch** and other backends: not available; Keras has no data-parallel
   training for them (see ``data_parallel``).
 
@@ -41,7 +41,7 @@ import os
 
 import keras
 
-from keras_transformer import cluster
+from keras_transformer.distribute import cluster
 from keras_transformer.atomic import variable_bytes
 
 

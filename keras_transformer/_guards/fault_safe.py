@@ -34,7 +34,9 @@ import warnings
 import keras
 import numpy as np
 
-from keras_transformer import _checks, _inputs, cluster
+from keras_transformer._guards import checks as _checks
+from keras_transformer._guards import inputs as _inputs
+from keras_transformer.distribute import cluster
 
 # Keras releases (major.minor) whose trainer internals the guards were
 # written against and tested with.

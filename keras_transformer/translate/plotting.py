@@ -110,7 +110,7 @@ def plot_attention_maps(
     """Plot one layer of an ``AttentionMaps``: one head, or all heads averaged.
 
     Args:
-        maps: from ``keras_transformer.attention_maps.attention_maps``.
+        maps: from ``keras_transformer.translate.attention_maps.attention_maps``.
         kind: ``"cross"`` (rows: the target tokens predicted, columns: the
             source tokens), ``"encoder_self"`` (source by source) or
             ``"decoder_self"`` (rows: the target tokens predicted, columns:

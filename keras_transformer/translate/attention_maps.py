@@ -10,7 +10,7 @@ masked decoder self-attention and encoder-decoder ("cross") attention.
 
 The decoder runs with teacher forcing on a given target (by default the
 translator's own greedy translation), so the weights are those the model uses
-while predicting each target token. ``keras_transformer.plotting`` draws them.
+while predicting each target token. ``keras_transformer.translate.plotting`` draws them.
 
 This module does not import matplotlib.
 """

@@ -1,5 +1,5 @@
 """The decoding step a search repeats, with and without a key/value cache,
-and the loop that runs it while the cache grows (``keras_transformer.decoding``
+and the loop that runs it while the cache grows (``keras_transformer.search.decoding``
 describes the protocol a model offers the searches)."""
 
 import keras

@@ -5,7 +5,7 @@ import numbers
 
 import numpy as np
 
-from keras_transformer import decoding
+from keras_transformer.search import decoding
 
 
 @dataclasses.dataclass(frozen=True)
