@@ -475,7 +475,7 @@ def test_the_guards_stand_aside_on_an_untested_keras(trained, monkeypatch):
 
     class Probe(keras.callbacks.Callback):
         def on_predict_batch_end(self, batch, logs=None):
-            recorded.append(id(model) in _fault_safe._records)
+            recorded.append(_fault_safe.guarding(model))
 
     model.predict(x, verbose=0, callbacks=[Probe()])
     # On JAX the guard records the step's values; elsewhere it has no need.

@@ -13,38 +13,44 @@ NaN for an out-of-range index instead of failing.
 """
 
 import contextlib
+import threading
 
 import keras
 from keras import ops
 
 from keras_transformer import backend
 
-# While `deferred_value_errors` is active: the messages of failed checks that
-# ran inside compiled JAX code, to be raised once the compiled loop is over.
-_deferred = None
+# Each thread's own scopes: a server's search on a worker thread and a
+# ``predict`` on the main one must not see, reset or raise each other's.
+_local = threading.local()
 
-
-# True while a call or step runs on inputs already checked (on the host, or
-# ahead of a TensorFlow graph's ops): the layers' value checks stand aside.
-# Inside a compiled step each would otherwise read the values back to the
-# host (a graph break on PyTorch, a callback on JAX) or repeat an assert.
-_inputs_checked = False
+# The lists of failed checks of the ``deferred_value_errors`` blocks now
+# open, by thread. A JAX host callback may run on a runtime thread (on
+# GPUs) that has no scope of its own; it can only find its block here.
+_open_deferred = {}
+_open_deferred_lock = threading.Lock()
 
 
 @contextlib.contextmanager
 def inputs_checked():
     """Leave the value checks out while the block runs (and while it traces):
     what it computes on was checked already (``_inputs``)."""
-    global _inputs_checked
-    outer, _inputs_checked = _inputs_checked, True
+    outer = inputs_were_checked()
+    # True while a call or step runs on inputs already checked (on the host,
+    # or ahead of a TensorFlow graph's ops): the layers' value checks stand
+    # aside. Inside a compiled step each would otherwise read the values
+    # back to the host (a graph break on PyTorch, a callback on JAX) or
+    # repeat an assert. Tracing runs on the calling thread, so it is that
+    # thread's flag.
+    _local.inputs_checked = True
     try:
         yield
     finally:
-        _inputs_checked = outer
+        _local.inputs_checked = outer
 
 
 def inputs_were_checked():
-    return _inputs_checked
+    return getattr(_local, "inputs_checked", False)
 
 
 @contextlib.contextmanager
@@ -56,14 +62,24 @@ def deferred_value_errors():
     normally (``fit`` alone does it in a ``finally``). A check that raised
     inside the jitted step would leave the model without weights; deferred,
     the loop ends, the model stays usable, and the error is raised here.
+
+    The failures are the calling thread's: a block open on another thread
+    neither collects nor clears them.
     """
-    global _deferred
-    outer, _deferred = _deferred, []
+    thread = threading.get_ident()
+    outer, errors = getattr(_local, "deferred", None), []
+    _local.deferred = errors
+    with _open_deferred_lock:
+        _open_deferred[thread] = errors
     try:
         yield
-        errors = _deferred
     finally:
-        _deferred = outer
+        _local.deferred = outer
+        with _open_deferred_lock:
+            if outer is None:
+                del _open_deferred[thread]
+            else:
+                _open_deferred[thread] = outer
     if errors:
         raise ValueError(errors[0])
 
@@ -86,7 +102,7 @@ def check_range(x, low, high, message, output=None):
     optimizer update, say) cannot run when the check fails.
     """
     output = x if output is None else output
-    if _is_symbolic(x) or _inputs_checked:
+    if _is_symbolic(x) or inputs_were_checked():
         return output
     value = backend.concrete_value(x)
     if value is not None:
@@ -96,9 +112,27 @@ def check_range(x, low, high, message, output=None):
 
 
 def _fail(text):
-    if _deferred is None:
+    errors = getattr(_local, "deferred", None)
+    if errors is None and _on_runtime_thread():
+        with _open_deferred_lock:
+            blocks = list(_open_deferred.values())
+        # The callback's block is the one open, if only one is; with several
+        # (or none) it raises, and JAX hands the error to the thread whose
+        # computation ran the check.
+        if len(blocks) == 1:
+            errors = blocks[0]
+    if errors is None:
         raise ValueError(text)
-    _deferred.append(text)
+    errors.append(text)
+
+
+def _on_runtime_thread():
+    """Whether this thread was started outside Python (a JAX runtime thread
+    running a host callback for a computation launched on another thread).
+    On the CPU callbacks run on the launching thread itself, whose own
+    blocks are the only ones that apply."""
+    dummy = getattr(threading, "_DummyThread", None)
+    return dummy is not None and isinstance(threading.current_thread(), dummy)
 
 
 nan_unless_in_range = backend.nan_unless_in_range

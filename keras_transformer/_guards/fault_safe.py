@@ -29,6 +29,7 @@ stand aside, with one warning (``active``), and the model trains as a plain
 """
 
 import contextlib
+import threading
 import warnings
 
 import keras
@@ -42,6 +43,8 @@ from keras_transformer.distribute import cluster
 # written against and tested with.
 TESTED_KERAS = ("3.15",)
 _warned = False
+# Two threads' first trainer calls may ask at once; the warning is said once.
+_warn_lock = threading.Lock()
 
 
 def active():
@@ -49,7 +52,9 @@ def active():
     global _warned
     if ".".join(keras.__version__.split(".")[:2]) in TESTED_KERAS:
         return True
-    if not _warned:
+    with _warn_lock:
+        if _warned:
+            return False
         _warned = True
         warnings.warn(
             f"keras_transformer's fault guards were tested with Keras "
@@ -63,10 +68,25 @@ def active():
     return False
 
 
-# {id(model): {id(variable): (variable, newest value)}} for the models inside
-# a guarded call. Kept off the model: Keras tracks the variables found in a
-# layer's attributes, and would count these as the model's own.
-_records = {}
+# ``records``: {id(model): {id(variable): (variable, newest value)}} for the
+# models inside a guarded call of this thread. Kept off the model: Keras
+# tracks the variables found in a layer's attributes, and would count these
+# as the model's own. Per thread: the trainer runs each call's steps on the
+# thread that made it, so a call on another thread neither counts as nested
+# in this one nor writes into its record.
+_local = threading.local()
+
+
+def _records():
+    records = getattr(_local, "records", None)
+    if records is None:
+        records = _local.records = {}
+    return records
+
+
+def guarding(model):
+    """Whether a guarded call of ``model`` runs on this thread."""
+    return id(model) in _records()
 
 
 def _is_jax():
@@ -85,7 +105,7 @@ def _state_variables(model, kind):
 
 def remember(model, variables, values):
     """Record ``values`` as the newest known values of ``variables``."""
-    record = _records.get(id(model))
+    record = _records().get(id(model))
     if record is None:
         return
     for variable, value in zip(variables, values, strict=True):
@@ -196,12 +216,13 @@ def _restore(model, record):
 @contextlib.contextmanager
 def guard(model):
     """Run one trainer call; on any exception, reattach the newest good values."""
-    if not _is_jax() or id(model) in _records or not active():
+    records = _records()
+    if not _is_jax() or id(model) in records or not active():
         # Other backends keep their variables; a nested call (fit's
         # validation runs evaluate) is covered by the outer guard.
         yield
         return
-    _records[id(model)] = {}
+    record = records[id(model)] = {}
     remember_current(model, [model.variables, model.metrics_variables])
     optimizer = getattr(model, "optimizer", None)
     if optimizer is not None:
@@ -209,7 +230,7 @@ def guard(model):
     try:
         yield
     except BaseException as error:
-        lost = _restore(model, _records[id(model)])
+        lost = _restore(model, record)
         if lost:
             # Only a step that failed while running on the device can do
             # this; say so rather than leave a model that fails later.
@@ -220,7 +241,7 @@ def guard(model):
             )
         raise
     finally:
-        del _records[id(model)]
+        del records[id(model)]
 
 
 @contextlib.contextmanager
