@@ -377,8 +377,8 @@ def test_fastest_policy_is_bfloat16_only_for_tensorflow_on_bf16_cpus(
 @pytest.mark.once
 def test_short_repeats_default_is_a_setting_and_is_checked(tmp_path, capsys):
     argv = [*NUMBERS, "--out", str(tmp_path / "a")]
-    assert config_of(argv).short_repeats == 20  # 0-101 more often
-    assert config_of([*argv, "--short-repeats", "0"]).short_repeats == 0
+    assert config_of(argv).numbers.short_repeats == 20  # 0-101 more often
+    assert config_of([*argv, "--short-repeats", "0"]).numbers.short_repeats == 0
     err = usage_error(capsys, [*argv, "--short-repeats", "-1"])
     assert "--short-repeats must be >= 0" in err
     # A run from before the option (no short_repeats in its run.json) was

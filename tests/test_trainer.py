@@ -7,8 +7,10 @@ import json
 
 import pytest
 
+from keras_transformer.search.options import SearchOptions
 from keras_transformer.trainer import (
     ConfigError,
+    NumbersSettings,
     NumbersTask,
     ParallelCorpusTask,
     RunFolder,
@@ -31,6 +33,15 @@ def test_a_config_takes_its_tasks_defaults(monkeypatch):
         for name, value in task.DEFAULTS.items():
             assert getattr(config, name) == value, name
     assert numbers.task_name == "numbers" and corpus.task_name == "data"
+    # The numbers task's own settings, its defaults; a corpus has none.
+    assert numbers.numbers == NumbersSettings() and corpus.numbers is None
+    assert numbers.numbers.short_repeats == 20  # 0-101 more often
+    # The final report searches as a translator does by default (§6.1).
+    assert (numbers.beam_size, numbers.length_penalty) == (4, 0.6)
+    assert (numbers.beam_size, numbers.length_penalty) == (
+        SearchOptions().beam_size,
+        SearchOptions().length_penalty,
+    )
     # Given settings win; checking twice changes nothing.
     given = TrainConfig(out="a", task="numbers", vocab_size=300, lr_scale=2.0)
     checked = given.checked()
@@ -56,6 +67,33 @@ def test_a_config_takes_its_tasks_defaults(monkeypatch):
             {"task": "numbers", "bucket_lengths": (16, 64), "batch_tokens": 32},
             "`batch_tokens` 32 leaves no room",
         ),
+        # The numbers task's settings belong to it.
+        (
+            {"task": "numbers", "numbers": NumbersSettings(short_repeats=-1)},
+            "`short_repeats` must be >= 0",
+        ),
+        (
+            {"task": "numbers", "numbers": NumbersSettings(train_size=0)},
+            "`train_size` must be >= 1",
+        ),
+        (
+            {"task": "numbers", "numbers": NumbersSettings(val_size=1.5)},
+            "`val_size` must be an int",
+        ),
+        ({"task": "numbers", "numbers": {"train_size": 5}}, "`numbers` must be a"),
+        (
+            {
+                "data": "d",
+                "source": "de",
+                "target": "en",
+                "numbers": NumbersSettings(train_size=5, test_size=9),
+            },
+            "`train_size`, `test_size`: for `task` numbers, not `data` corpora",
+        ),
+        # The report's search, by the search's rules, before any training.
+        ({"task": "numbers", "beam_size": 0}, "`beam_size` must be >= 1"),
+        ({"task": "numbers", "length_penalty": -1.0}, "`length_penalty` must be"),
+        ({"task": "numbers", "progress_seconds": -1}, "`progress_seconds` must be"),
     ],
 )
 def test_a_config_that_cannot_work_names_its_settings(changes, message):
@@ -74,10 +112,21 @@ def test_settings_leave_out_what_a_resumed_run_may_change():
     assert settings["bucket_lengths"] == [16, 32]  # as JSON keeps it
     resumable = {"out", "epochs", "max_minutes", "beam_size", "keep_checkpoints"}
     assert not resumable & set(settings)
-    fields = {f.name for f in dataclasses.fields(TrainConfig)}
+    fields = {f.name for f in dataclasses.fields(TrainConfig)} - {"numbers"}
+    # run.json keeps the numbers task's settings among the others, flat.
+    fields |= {f.name for f in dataclasses.fields(NumbersSettings)}
     assert set(settings) == fields - config_module.RESUMABLE
     longer = dataclasses.replace(config, epochs=40, max_minutes=3.0, out="b")
     assert longer.settings() == settings
+    # A corpus run records the numbers task's defaults, as it always has:
+    # its run folders from before resume.
+    corpus = TrainConfig(out="b", data="d", source="de", target="en").checked()
+    assert corpus.settings()["train_size"] == 50_000
+    assert corpus.settings()["short_repeats"] == 20
+    smaller = NumbersSettings(train_size=100, short_repeats=0)
+    given = TrainConfig(out="a", task="numbers", numbers=smaller).checked()
+    assert given.settings()["train_size"] == 100
+    assert given.settings()["short_repeats"] == 0
 
 
 def test_a_run_folder_is_new_resumed_or_refused(tmp_path):
@@ -119,11 +168,12 @@ def test_a_run_folder_is_new_resumed_or_refused(tmp_path):
 
 @pytest.mark.slow
 def test_train_without_the_command(tmp_path, capsys):
+    splits = NumbersSettings(train_size=100, val_size=4, test_size=4, uniform_size=0)
     config = TrainConfig(
-        out=str(tmp_path / "run"), task="numbers", train_size=100, val_size=4,
-        test_size=4, uniform_size=0, num_layers=1, d_model=16, num_heads=2,
-        d_ff=32, max_length=32, vocab_size=80, batch_tokens=512,
-        bucket_lengths=(32,), epochs=1, beam_size=1, verbose="0",
+        out=str(tmp_path / "run"), task="numbers", numbers=splits, num_layers=1,
+        d_model=16, num_heads=2, d_ff=32, max_length=32, vocab_size=80,
+        batch_tokens=512, bucket_lengths=(32,), epochs=1, beam_size=1,
+        verbose="0",
     )  # fmt: skip
     results = train(config)
     assert results["split"] == "test" and results["sentences"] == 4

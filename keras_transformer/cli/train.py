@@ -10,10 +10,12 @@ one sentence per line)::
     kt-train --data ../shared/data/multi30k --source de \\
         --target en --config small --out runs/multi30k
 
-The options are the fields of ``keras_transformer.trainer.TrainConfig``;
-this command parses them into one, and ``keras_transformer.trainer.train``
-does the rest (docs/training.md describes the run folder, resuming and every
-option). Bad settings, data or ``--out`` (or another run on it): exit status
+The options are built from the fields of
+``keras_transformer.trainer.TrainConfig`` (and of ``NumbersSettings``, the
+numbers task's): their names, defaults and help texts. This command parses
+them into a checked ``TrainConfig``, and ``keras_transformer.trainer.train``
+does the rest (docs/training.md describes the run folder, resuming and
+every option). Bad settings, data or ``--out`` (or another run on it): exit status
 2 and one line. A run that diverges or finds the disk full stops with exit
 status 1, and one stopped by SIGTERM or SIGINT with 143 or 130, after one
 line that says what was kept.
@@ -23,154 +25,110 @@ import argparse
 import dataclasses
 import os
 import sys
+import typing
 
-from keras_transformer import data as ktd
-from keras_transformer.cli._arguments import add_search_arguments, non_negative_float
 from keras_transformer.cli._process import prepare_process, start_tensorflow
-from keras_transformer.trainer import RunStopped, TrainConfig, UsageError, train
+from keras_transformer.trainer import (
+    NumbersSettings,
+    RunStopped,
+    TrainConfig,
+    UsageError,
+    train,
+)
 from keras_transformer.trainer.run_folder import CHECKPOINTS_DIR
-from keras_transformer.trainer.tasks import NumbersTask, ParallelCorpusTask
+from keras_transformer.trainer.tasks import TASKS
+
+# Where the command's default differs from the field's, and why: ``None``
+# tells whether --verbose was given at all (given, it also shows the
+# frameworks' start-up logs); not given, the run gets the field's "auto".
+COMMAND_DEFAULTS = {"verbose": None}
+
+# kt-train needs one of these (``TrainConfig.checked()`` says the same to a
+# program); argparse says it in the usage line.
+ONE_OF = ("task", "data")
+
+# Fields that are not options of their own: the numbers task's settings are
+# the options of ``NumbersSettings``' fields.
+NOT_OPTIONS = ("numbers",)
 
 
 def _parser():
     parser = argparse.ArgumentParser(
         prog="kt-train", description=__doc__.split("\n\n")[0]
     )
-    source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--task", choices=["numbers"], help="built-in task")
-    source.add_argument("--data", help="folder with train.SRC/TGT and val.SRC/TGT")
-    parser.add_argument("--source", help="source language suffix (with --data)")
-    parser.add_argument("--target", help="target language suffix (with --data)")
-    parser.add_argument("--out", required=True, help="output folder")
-    parser.add_argument("--overwrite", action="store_true", help="replace a run")
-    parser.add_argument("--config", help="tiny, small, base or big")
-    for name in ("num_layers", "d_model", "num_heads", "d_ff", "max_length"):
-        parser.add_argument("--" + name.replace("_", "-"), type=int)
-    parser.add_argument("--dropout", type=float)
-    parser.add_argument("--epochs", type=int)
-    parser.add_argument(
-        "--max-minutes", type=float, help="stop cleanly after this much training"
+    one_of = parser.add_mutually_exclusive_group(required=True)
+    for field in dataclasses.fields(TrainConfig):
+        if field.name not in NOT_OPTIONS:
+            _add_option(one_of if field.name in ONE_OF else parser, field)
+    numbers = parser.add_argument_group(
+        "the numbers task", _spelled("with `task` numbers")
     )
-    parser.add_argument("--batch-tokens", type=int, help="tokens per input per batch")
-    parser.add_argument(
-        "--bucket-lengths",
-        type=_int_list,
-        help="padded lengths, e.g. 16,32 (default: steps of 4 to 32, then ×1.2)",
-    )
-    parser.add_argument("--vocab-size", type=int)
-    parser.add_argument("--tokenizer", choices=["unigram", "bpe"])
-    parser.add_argument("--warmup-steps", type=int)
-    parser.add_argument(
-        "--lr-scale",
-        type=float,
-        help="times the paper's learning rate (default {} for --task, {} for "
-        "--data)".format(
-            NumbersTask.DEFAULTS["lr_scale"], ParallelCorpusTask.DEFAULTS["lr_scale"]
-        ),
-    )
-    parser.add_argument("--label-smoothing", type=float, default=0.1)
-    _add_precision_and_checkpoints(parser)
-    _add_scaling(parser)
-    parser.add_argument("--seed", type=int, default=0)
-    _add_split_sizes(parser)
-    parser.add_argument("--max-lines", type=int, help="--data: use the first N")
-    parser.add_argument(
-        "--verbose",
-        choices=["0", "1", "2", "auto"],
-        help="Keras' progress: 1 a bar, 2 a line per epoch (and kt-train's lines "
-        "within it); auto (the default): 1 on a terminal, else 2. Given at all, "
-        "it also shows TensorFlow's, CUDA's and absl's start-up logs",
-    )
-    parser.add_argument(
-        "--progress-seconds",
-        type=non_negative_float,
-        default=30.0,
-        help="with --verbose 2: a progress line within an epoch every N seconds",
-    )
-    add_search_arguments(parser)  # for the final report
+    for field in dataclasses.fields(NumbersSettings):
+        _add_option(numbers, field)
     return parser
 
 
-def _add_scaling(parser):
-    """Options for more data, larger batches and more devices."""
-    parser.add_argument(
-        "--tokenizer-sample",
-        type=int,
-        metavar="N",
-        help="--data larger than memory: train the tokenizer on N pairs drawn "
-        "from the training split, tokenise it once into ids/ in --out "
-        "(memory-mapped) and train from there, never holding the text",
-    )
-    parser.add_argument(
-        "--accumulate",
-        type=int,
-        metavar="N",
-        help="one update per N batches, with their mean gradient (e.g. "
-        "--batch-tokens 3072 --accumulate 8: about the paper's 25,000 tokens)",
-    )
-    parser.add_argument("--data-parallel", action="store_true")
-    parser.add_argument(
-        "--model-parallel",
-        type=int,
-        metavar="K",
-        help="JAX: split the attention and feed-forward weights and the "
-        "embedding over K devices (Megatron-style), the batch over the rest",
-    )
+def _add_option(parser, field):
+    """The option of a field: its default (``COMMAND_DEFAULTS`` aside), its
+    help, and a type, choices or flag from its annotation and metadata."""
+    meta = field.metadata
+    options = {"dest": field.name, "help": _help(field)}
+    if field.default is dataclasses.MISSING:
+        options["required"] = True
+    else:
+        options["default"] = COMMAND_DEFAULTS.get(field.name, field.default)
+    kind = _kind(field.type)
+    if kind is bool:
+        options["action"] = "store_true"
+    else:
+        options["type"] = _int_list if kind is tuple else kind
+        options.update({k: meta[k] for k in ("choices", "metavar") if k in meta})
+        if "const" in meta:  # the option alone means ``const``
+            options.update(nargs="?", const=meta["const"])
+    parser.add_argument(option(field.name), **options)
 
 
-def _add_precision_and_checkpoints(parser):
-    """The dtype policy, checkpoint averaging (§6.1) and checkpoints kept."""
-    parser.add_argument(
-        "--mixed-precision",
-        nargs="?",
-        const="mixed_bfloat16",
-        choices=["auto", "float32", "mixed_bfloat16", "mixed_float16"],
-        default="auto",
-        help="dtype policy; auto (the default): mixed_bfloat16 with TensorFlow "
-        "on a CPU with BF16 instructions, else float32; the flag alone: "
-        "mixed_bfloat16",
-    )
-    parser.add_argument(
-        "--average-last",
-        type=int,
-        metavar="K",
-        help="average the last K checkpoints into the final model (§6.1; "
-        "default 1 for --task, 5 for --data)",
-    )
-    parser.add_argument(
-        "--keep-checkpoints",
-        type=int,
-        metavar="N",
-        help="keep the last N checkpoints (default: K of --average-last, at "
-        "least 2); 0 keeps them all (to score each)",
-    )
-    parser.add_argument(
-        "--checkpoint-steps",
-        type=int,
-        default=200,
-        help="save a checkpoint every N steps (and at every epoch end)",
-    )
+def _kind(annotation):
+    """``int`` of ``int | None``; ``tuple`` of ``tuple[int, ...]``."""
+    kinds = [a for a in typing.get_args(annotation) if a is not type(None)]
+    if typing.get_origin(annotation) is not tuple and len(kinds) == 1:
+        annotation = kinds[0]  # X | None
+    return typing.get_origin(annotation) or annotation
 
 
-def _add_split_sizes(parser):
-    """The numbers task's split sizes (``make_splits``)."""
-    parser.add_argument(
-        "--train-size", type=int, default=50_000, help="numbers task: pairs"
-    )
-    parser.add_argument("--val-size", type=int, default=1000, help="numbers task")
-    parser.add_argument("--test-size", type=int, default=1000, help="numbers task")
-    parser.add_argument(
-        "--uniform-size",
-        type=int,
-        default=2000,
-        help="numbers task: numbers drawn uniformly for the report (not trained on)",
-    )
-    parser.add_argument(
-        "--short-repeats",
-        type=int,
-        default=ktd.SHORT_REPEATS,
-        help="numbers task: extra rounds of 0-101 in training (default: %(default)s)",
-    )
+def _help(field):
+    """The field's help, its settings spelled as options, and its default:
+    the field's, or each task's when the task fills it in."""
+    text = field.metadata["help"]
+    per_task = [
+        (task, task.DEFAULTS[field.name])
+        for task in TASKS.values()
+        if field.name in task.DEFAULTS
+    ]
+    if per_task:
+        default = ", ".join(
+            f"{value} with {_chosen_by(task)}" for task, value in per_task
+        )
+    elif field.default in (None, False, dataclasses.MISSING):
+        default = None  # the help says what None means
+    else:
+        default = field.default  # also where COMMAND_DEFAULTS differs
+    if default is not None and text.endswith(")"):  # within the help's
+        text = f"{text[:-1]}; default: {default})"
+    elif default is not None:
+        text = f"{text} (default: {default})"
+    return _spelled(text).replace("%", "%%")  # argparse formats help with %
+
+
+def _chosen_by(task):
+    """The setting that chooses ``task``: `data`, or `task` and its name."""
+    return "`data`" if task.name == "data" else f"`task` {task.name}"
+
+
+def _spelled(text):
+    """``text`` with its settings (`batch_tokens`) spelled as options, as
+    the errors' messages are."""
+    return UsageError(text).text(option)
 
 
 def _int_list(text):
@@ -183,12 +141,14 @@ def _int_list(text):
     return tuple(values)
 
 
-_FIELDS = {field.name for field in dataclasses.fields(TrainConfig)}
+_FIELDS = {field.name for field in dataclasses.fields(TrainConfig)} - set(NOT_OPTIONS)
+_NUMBERS_FIELDS = [field.name for field in dataclasses.fields(NumbersSettings)]
 
 
 def option(field):
-    """The option that sets a ``TrainConfig`` field (``--batch-tokens``)."""
-    if field not in _FIELDS:
+    """The option that sets a ``TrainConfig`` or ``NumbersSettings`` field
+    (``--batch-tokens``)."""
+    if field not in _FIELDS and field not in _NUMBERS_FIELDS:
         return f"`{field}`"
     return "--" + field.replace("_", "-")
 
@@ -197,10 +157,14 @@ def parse_config(argv=None):
     """The checked ``TrainConfig`` of a command line (exit status 2 and
     usage for bad settings), and whether ``--verbose`` was given."""
     parser = _parser()
-    args = parser.parse_args(argv)
-    given = vars(args)
+    given = vars(parser.parse_args(argv))
     verbose_given = given["verbose"] is not None
-    given["verbose"] = given["verbose"] or "auto"
+    if not verbose_given:
+        del given["verbose"]  # the field's default
+    numbers = {name: given.pop(name) for name in _NUMBERS_FIELDS}
+    # With --data, refused where they differ from their defaults.
+    if given["task"] is not None or numbers != dataclasses.asdict(NumbersSettings()):
+        given["numbers"] = NumbersSettings(**numbers)
     try:
         config = TrainConfig(**given).checked()
     except UsageError as error:

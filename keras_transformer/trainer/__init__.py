@@ -5,7 +5,8 @@
 
 - ``config.py``: ``TrainConfig``, every setting of a run in one value;
 - ``tasks.py``: what a run learns (the built-in task, a parallel corpus),
-  each with its data, defaults and report;
+  each with its data, defaults and report, and ``NumbersSettings``, the
+  built-in task's own settings (``TrainConfig.numbers``);
 - ``run_folder.py``: ``RunFolder``, the output folder (new, resumed,
   finished; never clobbered; every write atomic);
 - ``inputs.py``: the tokenizer and the batches by length;
@@ -28,7 +29,11 @@ from keras_transformer.trainer.errors import (
 )
 from keras_transformer.trainer.run import train
 from keras_transformer.trainer.run_folder import RunFolder
-from keras_transformer.trainer.tasks import NumbersTask, ParallelCorpusTask
+from keras_transformer.trainer.tasks import (
+    NumbersSettings,
+    NumbersTask,
+    ParallelCorpusTask,
+)
 
 __all__ = [
     "ConfigError",
@@ -36,6 +41,7 @@ __all__ = [
     "Diverged",
     "Preempted",
     "RunStopped",
+    "NumbersSettings",
     "NumbersTask",
     "ParallelCorpusTask",
     "RunFolder",

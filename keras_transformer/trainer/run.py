@@ -22,10 +22,9 @@ import signal
 import keras
 
 import keras_transformer as kt
-from keras_transformer.trainer import checkpoints
-from keras_transformer.distribute import cluster
 from keras_transformer.atomic import DiskFullError
-from keras_transformer.trainer import fitting, inputs
+from keras_transformer.distribute import cluster
+from keras_transformer.trainer import checkpoints, fitting, inputs
 from keras_transformer.trainer.errors import (
     DiskFull,
     Diverged,
@@ -42,6 +41,8 @@ from keras_transformer.translate.keras_translator import Translator, inference_c
 def train(config):
     """Train, save and report as ``config`` (a ``TrainConfig``) says.
 
+    ``config`` is checked here unless ``config.checked()`` made it.
+
     Returns:
         The report's results (also in ``results.json``); None on a process
         other than 0 of a multi-process run.
@@ -52,7 +53,8 @@ def train(config):
         RunStopped: the run stopped early, what it saved kept: ``Diverged``,
             ``DiskFull``, ``Preempted``.
     """
-    config = config.checked()
+    if not config.is_checked:  # kt-train checks it while parsing, for usage
+        config = config.checked()
     task = make_task(config)
     data = task.load()
     setup, replicas, shard = set_up(config)

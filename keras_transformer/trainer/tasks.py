@@ -1,21 +1,60 @@
 """What a run learns: each task owns its data, its defaults and its report.
 
 - ``NumbersTask`` (``task="numbers"``): the built-in English → German number
-  words, generated (``keras_transformer.data.numbers``); reported as exact
-  match on the test split, on numbers drawn uniformly and on edge numbers.
+  words, generated (``keras_transformer.data.numbers``) as its
+  ``NumbersSettings`` say; reported as exact match on the test split, on
+  numbers drawn uniformly and on edge numbers.
 - ``ParallelCorpusTask`` (``data=folder``): ``train.SRC/TGT`` and
   ``val.SRC/TGT`` files, plain or gzip, one sentence per line; reported as
   validation BLEU and chrF (sacreBLEU).
 """
 
+import dataclasses
+import numbers
 import time
 
 import numpy as np
 
 from keras_transformer import data as ktd
-from keras_transformer.translate.evaluation import score
 from keras_transformer.trainer.errors import ConfigError, UsageError
 from keras_transformer.trainer.parallel import log
+from keras_transformer.translate.evaluation import score
+
+
+def _setting(default, help):
+    return dataclasses.field(default=default, metadata={"help": help})
+
+
+@dataclasses.dataclass(frozen=True)
+class NumbersSettings:
+    """The numbers task's own settings: its splits (``data.make_splits``).
+
+    ``TrainConfig.numbers``; ``kt-train`` builds its options from these
+    fields as from ``TrainConfig``'s (``--train-size`` is ``train_size``).
+    """
+
+    train_size: int = _setting(50_000, "training pairs")
+    val_size: int = _setting(1000, "validation pairs")
+    test_size: int = _setting(1000, "test pairs, scored by the report")
+    uniform_size: int = _setting(
+        2000, "numbers drawn uniformly for the report (not trained on)"
+    )
+    short_repeats: int = _setting(
+        ktd.SHORT_REPEATS, "extra rounds of 0-101 in the training split"
+    )
+
+    def check(self):
+        """``ConfigError`` naming a size that cannot work."""
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+                raise ConfigError(f"`{field.name}` must be an int")
+        for name in ("train_size", "val_size", "test_size"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"`{name}` must be >= 1")
+        for name in ("uniform_size", "short_repeats"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"`{name}` must be >= 0")
 
 
 class NumbersTask:
@@ -46,12 +85,25 @@ class NumbersTask:
     def __init__(self, config):
         self.config = config
 
+    @staticmethod
+    def checked_settings(settings):
+        """The task's own settings, ``TrainConfig.numbers``: ``settings``
+        checked, or the defaults for None."""
+        if settings is None:
+            return NumbersSettings()
+        if not isinstance(settings, NumbersSettings):
+            raise ConfigError(
+                f"`numbers` must be a NumbersSettings. Received: {settings!r}"
+            )
+        settings.check()
+        return settings
+
     def load(self):
         """``{"train", "validation", "test", "uniform"}``: (sources, targets)."""
-        c = self.config
+        n = self.config.numbers
         return ktd.make_splits(
-            c.seed, c.train_size, c.val_size, c.test_size, c.uniform_size,
-            c.short_repeats,
+            self.config.seed, n.train_size, n.val_size, n.test_size,
+            n.uniform_size, n.short_repeats,
         )  # fmt: skip
 
     def report(self, translator, data, search):
@@ -97,6 +149,21 @@ class ParallelCorpusTask:
 
     def __init__(self, config):
         self.config = config
+
+    @staticmethod
+    def checked_settings(settings):
+        """None: a corpus has no settings of its own beyond ``TrainConfig``'s;
+        ``ConfigError`` names the numbers task's settings given."""
+        if settings is None:
+            return None
+        defaults = NumbersSettings()
+        changed = [
+            field.name
+            for field in dataclasses.fields(NumbersSettings)
+            if getattr(settings, field.name, None) != getattr(defaults, field.name)
+        ]
+        named = ", ".join(f"`{name}`" for name in changed) or "`numbers`"
+        raise ConfigError(f"{named}: for `task` numbers, not `data` corpora")
 
     def load(self):
         """``{"train", "validation"}``: (sources, targets), read and checked;
