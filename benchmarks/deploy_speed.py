@@ -124,8 +124,11 @@ def write_exports(model, work, systems):
                 overwrite=True,
             )
         elif system == "saved_model":
+            from keras_transformer.export.saved_model import export_saved_model
+
             for search, beam in SEARCHES.items():
-                translator.export(
+                export_saved_model(
+                    translator,
                     os.path.join(work, f"saved_model-{search}"),
                     beam_size=beam,
                     overwrite=True,

@@ -49,8 +49,11 @@ def median(times):
 
 def export_timed(translator, output, batch_size, jit_compile, search):
     """Export ``translator`` to ``output``; ``(seconds, bytes written)``."""
+    from keras_transformer.export.saved_model import export_saved_model
+
     start = time.perf_counter()
-    translator.export(
+    export_saved_model(
+        translator,
         output,
         batch_size=batch_size,
         overwrite=True,

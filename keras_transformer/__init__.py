@@ -16,7 +16,7 @@ import os as _os
 import sys as _sys
 import warnings as _warnings
 
-from keras_transformer import _moved
+from keras_transformer import _lazy, _moved
 
 __version__ = "0.4.0.dev0"
 
@@ -29,7 +29,7 @@ _PUBLIC = {
     "transformer_config": "keras_transformer.model.config",
     "beam_search": "keras_transformer.search.decoding",
     "greedy_search": "keras_transformer.search.decoding",
-    "length_penalty": "keras_transformer.search.decoding",
+    "length_penalty": "keras_transformer.search.options",
     "DataParallelSetup": "keras_transformer.distribute.parallel",
     "data_parallel": "keras_transformer.distribute.parallel",
     "model_parallel": "keras_transformer.distribute.parallel",
@@ -52,6 +52,7 @@ _PUBLIC = {
     "SearchOptions": "keras_transformer.search.options",
     "Translator": "keras_transformer.translate.keras_translator",
     "inference_copy": "keras_transformer.translate.keras_translator",
+    "TranslatorBase": "keras_transformer.translate.base",
 }
 
 __all__ = sorted(_PUBLIC)
@@ -72,10 +73,10 @@ _COMMANDS_WITHOUT_KERAS = ("kt-translate", "kt-serve")
 _moved.install()
 
 
+_public_attribute, __dir__ = _lazy.attributes(__name__, _PUBLIC)
+
+
 def __getattr__(name):
-    module = _PUBLIC.get(name)
-    if module is not None:
-        return getattr(_importlib.import_module(module), name)
     if name == "get_config":  # the configs' old name, without a warning
         from keras_transformer.model.config import get_config
 
@@ -88,11 +89,7 @@ def __getattr__(name):
             stacklevel=2,
         )
         return getattr(_importlib.import_module(module), name)
-    raise AttributeError(f"module 'keras_transformer' has no attribute {name!r}")
-
-
-def __dir__():
-    return sorted(set(globals()) | set(_PUBLIC))
+    return _public_attribute(name)
 
 
 def _import_public_api():

@@ -23,14 +23,14 @@ class FaultyTranslator:
     def __getattr__(self, name):
         return getattr(self._translator, name)
 
-    def translate(self, texts, **options):
+    def translate(self, texts, search=None, **options):
         if "crash" in texts:
             raise RuntimeError("the search crashed (injected)")
         for text in texts:
             if text.startswith("sleep:"):
                 time.sleep(float(text[len("sleep:") :]))
         texts = ["" if text.startswith("sleep:") else text for text in texts]
-        return self._translator.translate(texts, **options)
+        return self._translator.translate(texts, search, **options)
 
 
 if __name__ == "__main__":

@@ -28,7 +28,8 @@ import keras_transformer as kt
 from keras_transformer.cli import _saved_model_child
 from keras_transformer.data.numbers import english
 from keras_transformer.data.tokenizer import encode
-from keras_transformer.export import _saved_model_graph, saved_model
+from keras_transformer.export import saved_model, saved_model_graph
+from keras_transformer.search import shapes
 from keras_transformer.special_tokens import END_ID, UNK_ID
 
 pytest.importorskip("tensorflow_text")
@@ -129,7 +130,9 @@ def exported(tmp_path_factory):
     path = folder / "saved_model"
     path.mkdir()
     (path / "stale.txt").write_text("from an earlier export")
-    returned = translator.export(path, batch_size=BATCH_SIZE, overwrite=True)
+    returned = saved_model.export_saved_model(
+        translator, path, batch_size=BATCH_SIZE, overwrite=True
+    )
     texts = sentences()
     batches = [texts, []]
     loaded = load_in_new_process(path, batches)
@@ -217,7 +220,7 @@ def test_an_existing_path_is_refused_and_left_alone(translator, tmp_path):
     (tmp_path / "model").mkdir()
     (tmp_path / "model" / "saved_model.pb").write_bytes(b"old")
     with pytest.raises(FileExistsError, match="overwrite=True"):
-        translator.export(tmp_path / "model")
+        saved_model.export_saved_model(translator, tmp_path / "model")
     assert (tmp_path / "model" / "saved_model.pb").read_bytes() == b"old"
     assert sorted(os.listdir(tmp_path)) == ["model"]
     (tmp_path / "file").write_text("x")
@@ -243,7 +246,7 @@ def test_bad_options_are_refused_before_anything_is_written(
     translator, tmp_path, options, error, match
 ):
     with pytest.raises(error, match=match):
-        translator.export(tmp_path / "model", **options)
+        saved_model.export_saved_model(translator, tmp_path / "model", **options)
     assert os.listdir(tmp_path) == []
 
 
@@ -257,7 +260,7 @@ def test_only_a_translator_exports(tmp_path):
 def test_without_tensorflow_text_the_error_names_it(translator, tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "tensorflow_text", None)
     with pytest.raises(ImportError, match="tensorflow-text"):
-        translator.export(tmp_path / "model")
+        saved_model.export_saved_model(translator, tmp_path / "model")
     assert os.listdir(tmp_path) == []
 
 
@@ -279,9 +282,9 @@ def test_the_subprocess_reports_its_errors(tmp_path):
 
 @pytest.mark.once
 def test_only_the_output_widths_a_chunk_can_need_are_compiled():
-    widths = _saved_model_graph._output_widths
-    assert _saved_model_graph._widths(256) == [8, 16, 32, 64, 128, 256]
-    assert _saved_model_graph._widths(100) == [8, 16, 32, 64, 100]
+    widths = saved_model_graph._output_widths
+    assert shapes.widths(256) == [8, 16, 32, 64, 128, 256]
+    assert shapes.widths(100) == [8, 16, 32, 64, 100]
     assert widths(256, None) == [64, 128, 256]  # limits from 50 to 256
     assert widths(40, None) == [40]
     assert widths(256, 12) == [16]  # a fixed limit: one width
@@ -316,7 +319,9 @@ def test_several_output_widths_are_chosen_per_chunk(translator, tmp_path):
     limits = [len(row) - 1 + 50 for row in encode(wide.tokenizer, texts)]
     assert limits[1] <= 64 < limits[0] <= 128
     options = dict(beam_size=1, batch_size=1, use_cache=False)
-    path = wide.export(tmp_path / "model", jit_compile=False, **options)
+    path = saved_model.export_saved_model(
+        wide, tmp_path / "model", jit_compile=False, **options
+    )
     path = pathlib.Path(path)
     written = json.loads((path / "assets" / "translation.json").read_text())
     assert written["output_widths"] == [64, 128]
@@ -328,7 +333,9 @@ def test_several_output_widths_are_chosen_per_chunk(translator, tmp_path):
 def test_a_fixed_output_limit(translator, tmp_path):
     texts = [english(n) for n in (7, 777_777, 123_456, 21)]
     options = dict(beam_size=2, max_output_length=12, batch_size=4)
-    path = translator.export(tmp_path / "model", jit_compile=False, **options)
+    path = saved_model.export_saved_model(
+        translator, tmp_path / "model", jit_compile=False, **options
+    )
     want = translator.translate(texts, **options)
     ids = translator.translate_ids(texts, **options)
     assert in_process(path, texts) == want

@@ -147,3 +147,132 @@ def test_python_m_runs_each_command(name, monkeypatch, capsys):
         runpy.run_module(f"keras_transformer.cli.{name}", run_name="__main__")
     assert done.value.code == 0
     assert capsys.readouterr().out.startswith(f"usage: kt-{name} ")
+
+
+# The subsystems from the bottom up (docs/design.md draws them): a package
+# imports its own modules and packages of a lower rank only. A new module or
+# package gets its place here on purpose.
+RANKS = {
+    "special_tokens": 0,
+    "backend": 0,
+    "atomic": 0,
+    "progress": 0,
+    "_lazy": 0,
+    "_moved": 0,
+    "data": 1,
+    "distribute": 1,
+    "_guards": 2,
+    "layers": 3,
+    "search": 3,
+    "model": 4,
+    "translate": 5,
+    "trainer": 6,
+    "export": 6,
+    "serving": 6,
+    "cli": 7,
+}
+
+
+def _module_name(path):
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _is_module(dotted):
+    base = ROOT / dotted.replace(".", "/")
+    return base.with_suffix(".py").exists() or (base / "__init__.py").exists()
+
+
+def package_imports():
+    """``{module: {imported module, ...}}`` over the package, every import
+    (function-level ones too); ``from package import module`` counts as the
+    module, not the package's ``__init__``."""
+    graph = {}
+    for path in PACKAGE:
+        found = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                found |= {alias.name for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                submodules = {
+                    f"{node.module}.{alias.name}"
+                    for alias in node.names
+                    if _is_module(f"{node.module}.{alias.name}")
+                }
+                found |= submodules or {node.module}
+                if len(submodules) < len(node.names):
+                    found.add(node.module)
+        graph[_module_name(path)] = {m for m in found if m.startswith("keras_transformer.")}
+    return graph
+
+
+def _subsystem(module):
+    return module.split(".")[1]
+
+
+def test_every_subsystem_has_a_rank():
+    subsystems = {_subsystem(m) for m in package_imports() if "." in m}
+    assert subsystems <= set(RANKS), subsystems - set(RANKS)
+
+
+def test_imports_go_only_downward():
+    upward = [
+        f"{module} -> {imported}"
+        for module, imports in package_imports().items()
+        if module != "keras_transformer"  # the public API's table imports all
+        for imported in imports
+        if _subsystem(imported) != _subsystem(module)
+        and RANKS[_subsystem(imported)] >= RANKS[_subsystem(module)]
+    ]
+    assert not upward
+
+
+def test_no_import_cycles():
+    graph = {m: i for m, i in package_imports().items() if m != "keras_transformer"}
+    state, cycles = {}, []
+
+    def visit(module, path):
+        state[module] = "open"
+        for imported in sorted(graph.get(module, ())):
+            if state.get(imported) == "open":
+                cycles.append(path[path.index(imported) :] + [imported])
+            elif imported not in state:
+                visit(imported, path + [imported])
+        state[module] = "done"
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module, [module])
+    assert not cycles
+
+
+def test_no_private_name_imported_across_packages():
+    """``_guards`` is the one private package every subsystem may use; a
+    private name of another subsystem stays in it."""
+    found = []
+    for path in PACKAGE:
+        module = _module_name(path)
+        modules = {}  # local name -> the module it names
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                for alias in node.names:
+                    full = f"{node.module}.{alias.name}"
+                    if _is_module(full):
+                        modules[alias.asname or alias.name] = full
+                    elif (
+                        alias.name.startswith("_")
+                        and node.module.startswith("keras_transformer.")
+                        and _subsystem(node.module) != _subsystem(module)
+                    ):
+                        found.append(f"{module}: from {node.module} import {alias.name}")
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Name)
+                and node.attr.startswith("_")
+                and not node.attr.startswith("__")
+                and node.value.id in modules
+                and _subsystem(modules[node.value.id]) not in (_subsystem(module), "_guards")
+            ):
+                found.append(f"{module}: {modules[node.value.id]}.{node.attr}")
+    assert not found

@@ -22,9 +22,9 @@ class Recorder:
         self.release = threading.Event()
         self.release.set()
 
-    def __call__(self, texts, beam_size, length_penalty):
+    def __call__(self, texts, options):
         self.release.wait(10)
-        self.calls.append((list(texts), beam_size, length_penalty))
+        self.calls.append((list(texts), *options))
         if "boom" in texts:
             raise ValueError("boom")
         return [text.upper() for text in texts]
@@ -48,10 +48,10 @@ def run(scenario, max_batch_size=8, max_wait=0.05, max_queue=100):
 def test_jobs_within_the_wait_share_one_call_and_get_their_own_answers():
     async def scenario(batcher, _):
         return await asyncio.gather(
-            batcher.submit(["a", "b"], 4, 0.6),
-            batcher.submit(["c"], 4, 0.6),
-            batcher.submit(["d"], 1, 0.6),  # other options: a call of its own
-            batcher.submit(["e", "f"], 4, 0.6),
+            batcher.submit(["a", "b"], (4, 0.6)),
+            batcher.submit(["c"], (4, 0.6)),
+            batcher.submit(["d"], (1, 0.6)),  # other options: a call of its own
+            batcher.submit(["e", "f"], (4, 0.6)),
         )
 
     answers, calls = run(scenario)
@@ -62,9 +62,9 @@ def test_jobs_within_the_wait_share_one_call_and_get_their_own_answers():
 def test_a_batch_stops_at_max_batch_size_and_a_big_job_goes_alone():
     async def scenario(batcher, _):
         return await asyncio.gather(
-            batcher.submit(["a", "b"], 4, 0.6),
-            batcher.submit(["c", "d"], 4, 0.6),
-            batcher.submit(list("efghi"), 4, 0.6),
+            batcher.submit(["a", "b"], (4, 0.6)),
+            batcher.submit(["c", "d"], (4, 0.6)),
+            batcher.submit(list("efghi"), (4, 0.6)),
         )
 
     answers, calls = run(scenario, max_batch_size=4)
@@ -75,14 +75,14 @@ def test_a_batch_stops_at_max_batch_size_and_a_big_job_goes_alone():
 def test_a_full_queue_refuses_and_a_cancelled_job_is_never_searched():
     async def scenario(batcher, recorder):
         recorder.release.clear()  # the first call holds the search thread
-        first = asyncio.ensure_future(batcher.submit(["a"], 4, 0.6))
+        first = asyncio.ensure_future(batcher.submit(["a"], (4, 0.6)))
         await asyncio.sleep(0.2)
         assert batcher.queued == 0  # taken into the held call
-        gone = asyncio.ensure_future(batcher.submit(["b", "c"], 4, 0.6))
-        kept = asyncio.ensure_future(batcher.submit(["d"], 4, 0.6))
+        gone = asyncio.ensure_future(batcher.submit(["b", "c"], (4, 0.6)))
+        kept = asyncio.ensure_future(batcher.submit(["d"], (4, 0.6)))
         await asyncio.sleep(0)
         with pytest.raises(QueueFull, match="the queue holds 3 sentences"):
-            await batcher.submit(["e"], 4, 0.6)
+            await batcher.submit(["e"], (4, 0.6))
         gone.cancel()
         recorder.release.set()
         return await first, await kept, gone.cancelled()
@@ -95,9 +95,9 @@ def test_a_full_queue_refuses_and_a_cancelled_job_is_never_searched():
 def test_a_failed_call_fails_its_own_jobs_only():
     async def scenario(batcher, _):
         return await asyncio.gather(
-            batcher.submit(["boom"], 4, 0.6),
-            batcher.submit(["x"], 4, 0.6),
-            batcher.submit(["y"], 1, 0.6),
+            batcher.submit(["boom"], (4, 0.6)),
+            batcher.submit(["x"], (4, 0.6)),
+            batcher.submit(["y"], (1, 0.6)),
             return_exceptions=True,
         )
 
@@ -110,7 +110,7 @@ def test_a_failed_call_fails_its_own_jobs_only():
 def test_stop_answers_every_job_it_holds():
     async def scenario(batcher, recorder):
         recorder.release.clear()
-        jobs = [asyncio.ensure_future(batcher.submit([t], 4, 0.6)) for t in "abc"]
+        jobs = [asyncio.ensure_future(batcher.submit([t], (4, 0.6))) for t in "abc"]
         await asyncio.sleep(0.1)
         recorder.release.set()
         await batcher.stop()

@@ -426,12 +426,12 @@ def test_verbose_shows_sentences_done_on_stderr(tokenizer, capsys):
 @pytest.mark.once
 def test_search_options_are_one_value_checked_once(trained, monkeypatch):
     from keras_transformer import SearchOptions
-    from keras_transformer.search import decoding
+    from keras_transformer.search import options
 
     checks = []
-    real = decoding.check_beam_size
+    real = options.check_beam_size
     monkeypatch.setattr(
-        decoding, "check_beam_size", lambda b: checks.append(b) or real(b)
+        options, "check_beam_size", lambda b: checks.append(b) or real(b)
     )
     texts = SOURCES[:3]
     for method in ("translate", "translate_ids", "n_best"):

@@ -17,7 +17,7 @@ import keras
 import pytest
 
 import keras_transformer as kt
-from keras_transformer.search import decoding
+from keras_transformer.search import decoding, options
 from keras_transformer.translate import evaluation
 from keras_transformer.cli import attention, evaluate, translate
 from keras_transformer.data import tokenizer as tk
@@ -176,9 +176,8 @@ BAD_ARGUMENTS = [
     ("length_penalty", -0.5, ValueError, "length_penalty must be >= 0 and finite"),
     ("length_penalty", float("inf"), ValueError, "must be >= 0 and finite"),
     ("length_penalty", float("nan"), ValueError, "must be >= 0 and finite"),
-    ("batch_size", "4", TypeError, "batch_size must be an int"),
+    ("batch_size", "4", TypeError, "batch_size must be an int or None"),
     ("batch_size", True, TypeError, "batch_size must be an int"),
-    ("batch_size", None, TypeError, "batch_size must be an int"),
     ("batch_size", 0, ValueError, "batch_size must be >= 1"),
     ("max_output_length", "4", TypeError, "max_output_length must be an int"),
     ("max_output_length", True, TypeError, "max_output_length must be an int"),
@@ -224,17 +223,19 @@ def test_n_best_checks_beam_size_before_n(translator):
 def test_numpy_numbers_are_search_arguments(translator):
     import numpy as np
 
-    assert decoding.check_beam_size(np.int64(3)) == 3
-    assert decoding.check_length_penalty(np.float32(0.5)) == 0.5
-    assert decoding.check_length_penalty(1) == 1.0
-    assert type(decoding.check_length_penalty(np.float32(0.5))) is float
+    assert options.check_beam_size(np.int64(3)) == 3
+    assert options.check_length_penalty(np.float32(0.5)) == 0.5
+    assert options.check_length_penalty(1) == 1.0
+    assert type(options.check_length_penalty(np.float32(0.5))) is float
     # The checkers that decoding.beam_search uses directly.
     for value in ("0.6", True, None):
         with pytest.raises(TypeError, match="length_penalty must be a number"):
-            decoding.check_length_penalty(value)
-    for value in (float("inf"), float("nan"), -1e-9):
+            options.check_length_penalty(value)
+    # 1e308 is finite in Python but infinite in float32, where the search
+    # computes; an int past float's range too.
+    for value in (float("inf"), float("nan"), -1e-9, 1e308, 10**400):
         with pytest.raises(ValueError, match="must be >= 0 and finite"):
-            decoding.check_length_penalty(value)
+            options.check_length_penalty(value)
     expected = translator.translate(TEXTS, **FAST)
     numpy_fast = dict(
         beam_size=np.int32(1),

@@ -18,7 +18,7 @@ they are checked depends on where the values are:
 
 Decoding checks its source ids on the host (``keras_transformer.search.decoding``)
 and runs its compiled loop without checks; a translator checks its texts
-(``check_texts``) before it tokenizes them.
+(``translate.base.check_texts``) before it tokenizes them.
 """
 
 import numbers
@@ -312,29 +312,3 @@ def _check_same_shape(decoder_inputs, targets):
             f"decoder position). Received: decoder_inputs.shape="
             f"{tuple(decoder_inputs.shape)}, targets.shape={tuple(targets.shape)}"
         )
-
-
-def check_texts(texts):
-    """``texts`` as a list of str; refuses anything str() would have turned
-    into words to translate ("None", "b'...'", "42")."""
-    if isinstance(texts, (str, bytes)):
-        raise TypeError("texts must be a list of sentences, not one string.")
-    try:
-        texts = list(texts)
-    except TypeError:
-        raise TypeError(
-            f"texts must be an iterable of str, got {type(texts).__name__}"
-        ) from None
-    for i, text in enumerate(texts):
-        if not isinstance(text, str):
-            raise TypeError(f"texts[{i}] must be str, got {type(text).__name__}")
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError as error:
-            # E.g. a lone surrogate, from bytes decoded with "surrogateescape".
-            bad = text[error.start : error.end]
-            raise ValueError(
-                f"texts[{i}] cannot be encoded as UTF-8 ({error.reason}): "
-                f"{bad!r} at index {error.start}"
-            ) from None
-    return texts

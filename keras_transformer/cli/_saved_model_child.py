@@ -19,7 +19,8 @@ import sys
 import traceback
 import warnings
 
-from keras_transformer.export.saved_model import _check_translator, _write
+from keras_transformer.export.saved_model import check_translator
+from keras_transformer.export.saved_model_graph import write_graph
 
 
 def main(argv=None):
@@ -59,10 +60,10 @@ def main(argv=None):
             warnings.simplefilter("ignore", ResourceWarning)
             translator = keras.saving.load_model(args.model)
             gc.collect()
-        _check_translator(translator)
+        check_translator(translator)
         if os.path.lexists(args.output):
             raise FileExistsError(f"{args.output} exists already")
-        metadata = _write(translator, args.output, search, args.jit_compile)
+        metadata = write_graph(translator, args.output, search, args.jit_compile)
         outcome = {"ok": True, "metadata": metadata}
     except Exception as error:  # reported to the parent process
         outcome = {

@@ -258,3 +258,36 @@ def decode(tokenizer, ids):
     if hasattr(texts, "numpy"):  # a tf.Tensor of bytes on the TF graph path
         texts = texts.numpy().tolist()
     return [t.decode("utf-8") if isinstance(t, bytes) else str(t) for t in texts]
+
+
+class SentencePiece:
+    """A tokenizer from a SentencePiece model's bytes with the
+    ``sentencepiece`` package alone: the calls of keras-hub's
+    ``SentencePieceTokenizer`` that the translators make, for engines that
+    run without TensorFlow (keras-hub's tokenizer brings it in).
+
+    Args:
+        proto: the model's bytes (``tokenizer.proto``).
+    """
+
+    def __init__(self, proto):
+        import sentencepiece as spm
+
+        self.proto = proto
+        # As keras-hub builds it for Python (no bos, no eos, no sampling).
+        self._processor = spm.SentencePieceProcessor(model_proto=proto, out_type=int)
+
+    def tokenize(self, texts):
+        return self._processor.Encode(list(texts))
+
+    def detokenize(self, ids):
+        return self._processor.Decode([list(row) for row in ids])
+
+    def vocabulary_size(self):
+        return self._processor.get_piece_size()
+
+    def id_to_token(self, i):
+        return self._processor.id_to_piece(int(i))
+
+    def token_to_id(self, piece):
+        return self._processor.piece_to_id(piece)

@@ -56,25 +56,36 @@ import warnings
 import numpy as np
 
 from keras_transformer import atomic
-from keras_transformer.translate.ctranslate2_translator import (  # noqa: F401
-    _SEARCH_LENGTH_PENALTY,
+from keras_transformer.search.options import EXTRA_OUTPUT_LENGTH, LENGTH_PENALTY
+from keras_transformer.special_tokens import END_ID, PAD_ID, START_ID, UNK_ID
+
+# The format is the engine's to read: written here as it reads it. The
+# engine's names are this module's API too (load what you exported).
+from keras_transformer.translate.ctranslate2_translator import (
     DEFAULT_BATCH_SIZES,
     FORMAT,
     FORMAT_VERSION,
     METADATA_FILE,
     PATIENCE,
+    SEARCH_LENGTH_PENALTY,
     TOKENIZER_FILE,
     CTranslate2Translator,
-    _import_ctranslate2,
-    _vocabulary,
+    import_ctranslate2,
     load_ctranslate2,
+    vocabulary_names,
 )
-from keras_transformer.special_tokens import END_ID, PAD_ID, START_ID, UNK_ID
+
+__all__ = [
+    "DEFAULT_BATCH_SIZES",
+    "CTranslate2Translator",
+    "export_ctranslate2",
+    "load_ctranslate2",
+]
 
 _LENGTH_PENALTY_MAPPING = (
     "alpha is GNMT's: score = log P(Y|X) / ((5 + |Y|) / 6) ** alpha, |Y| "
     "counting the end token. CTranslate2 searches with length_penalty="
-    f"{_SEARCH_LENGTH_PENALTY} and patience (default {PATIENCE}), returns all "
+    f"{SEARCH_LENGTH_PENALTY} and patience (default {PATIENCE}), returns all "
     "round(beam_size * patience) finished hypotheses with the end token, and "
     "they are re-ranked by that score."
 )
@@ -89,7 +100,7 @@ def _accepted_quantizations():
 def check_quantization(quantization):
     """``quantization`` if CTranslate2 can save weights so (None: float32),
     else ``ValueError`` naming the accepted ones."""
-    _import_ctranslate2()
+    import_ctranslate2()
     accepted = _accepted_quantizations()
     if quantization is None:
         return None
@@ -130,7 +141,7 @@ def export_ctranslate2(translator, out_dir, quantization=None, overwrite=False):
             ``overwrite`` is False (it is left as it was).
         atomic.DiskFullError: no room for the model; nothing is left.
     """
-    ctranslate2 = _import_ctranslate2()
+    ctranslate2 = import_ctranslate2()
     quantization = check_quantization(quantization)
     out_dir = os.path.abspath(os.fspath(out_dir))
     _check_out_dir(out_dir, overwrite)
@@ -399,8 +410,8 @@ def _set_vocabulary(spec, translator, epsilon):
     pieces = _pieces(bytes(translator.tokenizer.proto))
     special = {"pad": PAD_ID, "start": START_ID, "end": END_ID, "unk": UNK_ID}
     special_pieces = {name: pieces[i] for name, i in special.items()}
-    spec.register_source_vocabulary(_vocabulary(pieces, model.src_vocab_size))
-    spec.register_target_vocabulary(_vocabulary(pieces, model.tgt_vocab_size))
+    spec.register_source_vocabulary(vocabulary_names(pieces, model.src_vocab_size))
+    spec.register_target_vocabulary(vocabulary_names(pieces, model.tgt_vocab_size))
     spec.config.unk_token = special_pieces["unk"]
     spec.config.eos_token = special_pieces["end"]
     spec.config.bos_token = spec.config.decoder_start_token = special_pieces["start"]
@@ -427,7 +438,7 @@ def _metadata(translator, pieces, special, special_pieces):
         },
         "max_length": int(model.config.max_length),
         "max_output_length": translator.max_output_length,
-        "extra_output_length": _extra_output_length(),
+        "extra_output_length": EXTRA_OUTPUT_LENGTH,
         "tokenizer": {
             "file": TOKENIZER_FILE,
             "pieces": len(pieces),
@@ -439,7 +450,7 @@ def _metadata(translator, pieces, special, special_pieces):
         "sources_end_with": special_pieces["end"],
         "length_penalty": {
             "alpha": "GNMT: ((5 + |Y|) / 6) ** alpha, |Y| with the end token",
-            "default_alpha": 0.6,
+            "default_alpha": LENGTH_PENALTY,
             "mapping": _LENGTH_PENALTY_MAPPING,
             "patience": PATIENCE,
         },
@@ -470,14 +481,6 @@ def _policy_name(policy):
     if isinstance(policy, dict):
         return policy.get("config", {}).get("name")
     return policy if isinstance(policy, str) else None
-
-
-def _extra_output_length():
-    from keras_transformer.translate.keras_translator import EXTRA_OUTPUT_LENGTH
-
-    return EXTRA_OUTPUT_LENGTH
-
-
 def _arrays(spec):
     arrays = []
 

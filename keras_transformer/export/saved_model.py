@@ -1,7 +1,7 @@
 """A ``Translator`` as a TensorFlow SavedModel: strings in, strings out.
 
 ``export_saved_model(translator, "exported/1")`` (or
-``translator.export("exported/1")``) writes a SavedModel whose signature
+``translator.export_saved_model("exported/1")``) writes a SavedModel whose signature
 ``translate`` (also ``serving_default``) maps ``texts``, a ``tf.string``
 tensor of shape ``[None]``, to ``{"translations": tf.string [None]}``. It
 needs TensorFlow and ``tensorflow-text`` to load, nothing else: no Keras,
@@ -75,13 +75,12 @@ import sys
 import tempfile
 import uuid
 
+from keras_transformer.export.saved_model_graph import write_graph
+
 # The signature's names, for callers: translate(texts=...)["translations"].
-from keras_transformer.export.saved_model_graph import (  # noqa: F401
-    INPUT,
-    OUTPUT,
-    SIGNATURE,
-    _write,
-)
+from keras_transformer.export.saved_model_graph import INPUT, OUTPUT, SIGNATURE
+
+__all__ = ["INPUT", "OUTPUT", "SIGNATURE", "check_translator", "export_saved_model"]
 
 # Errors a subprocess export raises again as themselves in the caller.
 _RERAISED = {
@@ -137,11 +136,15 @@ def export_saved_model(
     from keras_transformer.search.options import SearchOptions
 
     search = SearchOptions.of(search, **options)
+    # The batch size is fixed in the graph: the translator's default unless given.
+    search = SearchOptions.of(
+        search, batch_size=search.batch_size_or(translator.default_batch_size)
+    )
     # A truthy string such as "no" must not replace a directory.
     for name, value in (("overwrite", overwrite), ("jit_compile", jit_compile)):
         if not isinstance(value, bool):
             raise TypeError(f"{name} must be a bool. Received: {name}={value!r}")
-    _check_translator(translator)
+    check_translator(translator)
     path = os.path.abspath(os.fspath(path))
     _check_target(path, overwrite)
 
@@ -154,7 +157,7 @@ def export_saved_model(
     temp = _sibling(path)
     try:
         if in_process:
-            _write(translator, temp, search, jit_compile=jit_compile)
+            write_graph(translator, temp, search, jit_compile=jit_compile)
         else:
             _write_in_subprocess(translator, temp, search, jit_compile)
         _replace(temp, path)
@@ -167,7 +170,7 @@ def export_saved_model(
 # -- checks --------------------------------------------------------------------
 
 
-def _check_translator(translator):
+def check_translator(translator):
     from keras_transformer.translate.keras_translator import Translator
 
     if not isinstance(translator, Translator):

@@ -6,6 +6,9 @@ import json
 import os
 import tempfile
 
+from keras_transformer.search import shapes
+from keras_transformer.search.options import EXTRA_OUTPUT_LENGTH
+
 SIGNATURE = "translate"
 INPUT = "texts"
 OUTPUT = "translations"
@@ -15,7 +18,8 @@ METADATA_FILE = "translation.json"
 def _float32_transformer(transformer):
     """``transformer`` itself when it computes in float32, else a float32
     copy with its weights (mixed-precision variables are float32 already)."""
-    policies = {layer.dtype_policy.name for layer in transformer._flatten_layers()}
+    # The functional model keeps float32; its layers carry the policy.
+    policies = {layer.dtype_policy.name for layer in transformer.layers}
     if policies <= {"float32"}:
         return transformer
     config = {**transformer.get_config(), "dtype": "float32"}
@@ -24,23 +28,11 @@ def _float32_transformer(transformer):
     return copy
 
 
-def _widths(max_length):
-    """The translator's bucket widths up to ``max_length``, in order."""
-    from keras_transformer.data.batching import bucket_length
-    from keras_transformer.translate.keras_translator import _WIDTHS
-
-    return sorted(
-        {bucket_length(n, max_length, **_WIDTHS) for n in range(1, max_length + 1)}
-    )
-
-
 def _output_widths(max_length, max_output_length):
     """The output widths a chunk can need: every sentence's output limit is
     ``max_output_length``, or at least ``EXTRA_OUTPUT_LENGTH`` (an empty
     source), never more than ``max_length``; narrower buckets never serve."""
-    from keras_transformer.translate.keras_translator import EXTRA_OUTPUT_LENGTH
-
-    widths = _widths(max_length)
+    widths = shapes.widths(max_length)
     if max_output_length is None:
         least = min(EXTRA_OUTPUT_LENGTH, max_length)
         return [w for w in widths if w >= _bucket(widths, least)]
@@ -54,7 +46,6 @@ def _bucket(widths, length):
 def _metadata(translator, transformer, search, jit_compile):
     import keras_transformer
     from keras_transformer.data.tokenizer import special_ids
-    from keras_transformer.translate.keras_translator import EXTRA_OUTPUT_LENGTH
 
     max_output_length = search.max_output_length
     if max_output_length is None:
@@ -78,7 +69,7 @@ def _metadata(translator, transformer, search, jit_compile):
         "batch_size": search.batch_size,
         "use_cache": search.use_cache,
         "jit_compile": jit_compile,
-        "source_widths": _widths(max_length),
+        "source_widths": shapes.widths(max_length),
         "output_widths": _output_widths(max_length, max_output_length),
         "special_ids": special_ids(translator.tokenizer),
         "compute_dtype": "float32",
@@ -89,7 +80,7 @@ def _metadata(translator, transformer, search, jit_compile):
     }
 
 
-def _write(translator, directory, search, jit_compile=True):
+def write_graph(translator, directory, search, jit_compile=True):
     """Build the module and save it to ``directory`` (TensorFlow backend)."""
     import tensorflow as tf
     import tensorflow_text as tf_text
@@ -98,7 +89,7 @@ def _write(translator, directory, search, jit_compile=True):
     from keras_transformer.data.tokenizer import special_ids
 
     transformer = _float32_transformer(translator.transformer)
-    ids = decoding._special_ids(**special_ids(translator.tokenizer))
+    ids = decoding.check_special_ids(**special_ids(translator.tokenizer))
     metadata = _metadata(translator, transformer, search, jit_compile)
 
     module = tf.Module()
@@ -131,13 +122,13 @@ def _searches(transformer, ids, widths, search, jit_compile):
         if beam_size == 1:
 
             def run(src, max_lengths, alpha):
-                return decoding._greedy(
+                return decoding.greedy_loop(
                     transformer, src, max_lengths, width, use_cache, ids
                 )
         else:
 
             def run(src, max_lengths, alpha):
-                return decoding._beam(
+                return decoding.beam_loop(
                     transformer,
                     src,
                     max_lengths,
@@ -319,7 +310,7 @@ def _save(module, translate, transformer, metadata, directory):
         module.metadata_file = tf.saved_model.Asset(metadata_path)
         # The layers' host-side id checks stay out of the traced searches:
         # the tokenizer only makes ids of the vocabulary.
-        with decoding._unchecked_loop(transformer):
+        with decoding.unchecked_loop(transformer):
             concrete = translate.get_concrete_function()
             tf.saved_model.save(
                 module,

@@ -220,8 +220,11 @@ class Transformer(GuardedModel):
 
     def grow_cache(self, self_cache, max_length):
         """``self_cache`` made ``max_length`` positions wide, entries kept."""
-        pad = lambda x: [[0, 0], [0, 0], [0, max_length - x.shape[2]], [0, 0]]  # noqa: E731
-        return keras.tree.map_structure(lambda x: ops.pad(x, pad(x)), self_cache)
+
+        def grow(entry):  # (B, num_heads, T, d_k): zeros after position T
+            return ops.pad(entry, [[0, 0], [0, 0], [0, max_length - entry.shape[2]], [0, 0]])
+
+        return keras.tree.map_structure(grow, self_cache)
 
     def decode_step(self, token_ids, index, self_cache, cross_cache, encoder_mask):
         """One step of incremental decoding, in inference mode (§3.2.3).

@@ -1,11 +1,21 @@
 """Searching a model for translations (§6.1): the settings
-(``SearchOptions``), greedy and beam search, and the step loop they share.
+(``SearchOptions``, the defaults written once), greedy and beam search, the
+step loop they share, and the widths a compiled search is built for.
 
 The searches know a model only through its public methods (``encode``,
 ``initial_cache``, ``decode_step``), never a translator or a tokenizer.
+Names are imported when first used: ``search.options`` needs no Keras.
 """
 
-from keras_transformer.search.decoding import beam_search, greedy_search, length_penalty
-from keras_transformer.search.options import SearchOptions
+from keras_transformer import _lazy
 
-__all__ = ["SearchOptions", "beam_search", "greedy_search", "length_penalty"]
+_PUBLIC = {
+    "SearchOptions": "keras_transformer.search.options",
+    "beam_search": "keras_transformer.search.decoding",
+    "greedy_search": "keras_transformer.search.decoding",
+    "length_penalty": "keras_transformer.search.options",
+}
+
+__all__ = sorted(_PUBLIC)
+
+__getattr__, __dir__ = _lazy.attributes(__name__, _PUBLIC)

@@ -52,6 +52,7 @@ sentence.
 
 import collections
 import contextlib
+import threading
 
 import keras
 import numpy as np
@@ -60,20 +61,20 @@ from keras import ops
 from keras_transformer import backend
 from keras_transformer._guards import checks as _checks
 from keras_transformer._guards import inputs as _inputs
+from keras_transformer.search.options import (
+    BEAM_SIZE,
+    LENGTH_PENALTY,
+    check_beam_size,
+    check_length_penalty,
+    length_penalty,
+)
 from keras_transformer.search.steps import _search_loop
 from keras_transformer.special_tokens import END_ID, PAD_ID, START_ID
 
 # Log-probability of an impossible candidate. Finite, so that arithmetic on it
 # (sums, divisions by the length penalty) never makes a NaN.
 IMPOSSIBLE = -1e30
-
-
-def length_penalty(length, alpha):
-    """GNMT length penalty ``((5 + length) / 6) ** alpha`` (Wu et al., 2016, §7).
-
-    Works on Python numbers and on tensors.
-    """
-    return ((5.0 + length) / 6.0) ** alpha
+_COMPILE_LOCK = threading.Lock()
 
 
 # -- one decoding step ---------------------------------------------------------------
@@ -102,7 +103,8 @@ def _stops(tokens, index, max_lengths, end_id):
 # -- the two searches, as functions of tensors -------------------------------------
 
 
-def _greedy(model, source_ids, max_lengths, max_length, use_cache, ids):
+def greedy_loop(model, source_ids, max_lengths, max_length, use_cache, ids):
+    """``greedy_search``'s ops without its host-side checks (what graphs trace)."""
     rows = ops.shape(source_ids)[0]
     columns = ops.arange(max_length)
     steps = ops.max(max_lengths)
@@ -173,7 +175,7 @@ def _beam_start(rows, k, max_length, limits, ids):
     )
 
 
-def _beam(
+def beam_loop(
     model,
     source_ids,
     max_lengths,
@@ -184,6 +186,7 @@ def _beam(
     alpha,
     top_n=None,
 ):
+    """``beam_search``'s ops without its host-side checks (what graphs trace)."""
     rows = ops.shape(source_ids)[0]
     k = beam_size
     top_n = k if top_n is None else top_n
@@ -261,15 +264,19 @@ def _beam(
 def _compiled_search(model, key, fn):
     """The compiled ``fn`` for ``key`` (search and static arguments), made once
     per model and kept on it."""
-    functions = getattr(model, "_decoding_functions", None)
-    if functions is None:
-        functions = {}
-        # Past Keras' attribute tracking: a cache of functions is not state to
-        # save or to count as layers.
-        object.__setattr__(model, "_decoding_functions", functions)
-    if key not in functions:
-        functions[key] = backend.compile_loop(model, fn)
-    return functions[key]
+    # Two threads translating at once must share one compiled function per
+    # key, or each would trace and compile its own (seconds on TF and JAX).
+    with _COMPILE_LOCK:
+        functions = getattr(model, "_decoding_functions", None)
+        if functions is None:
+            functions = {}
+            # Past Keras' attribute tracking: a cache of functions is not state
+            # to save or to count as layers.
+            object.__setattr__(model, "_decoding_functions", functions)
+        if key not in functions:
+            # Builds the wrapper only; tracing happens at its first call.
+            functions[key] = backend.compile_loop(model, fn)
+        return functions[key]
 
 
 def _check_inputs(model, source_ids, max_lengths, max_length):
@@ -309,7 +316,7 @@ def _check_inputs(model, source_ids, max_lengths, max_length):
     return source_ids.astype("int32"), np.array(max_lengths), int(max_length)
 
 
-def _unchecked_loop(model):
+def unchecked_loop(model):
     """The compiled loop without the layers' checks, where ``_check_inputs``
     checked the ids on the host; a model without ``src_vocab_size`` keeps
     them. (Decided per model: the loop is compiled once per shape.)"""
@@ -322,16 +329,18 @@ def _numpy(x):
     return np.asarray(ops.convert_to_numpy(x))
 
 
-_Ids = collections.namedtuple("_Ids", "start end pad")
+SpecialIds = collections.namedtuple("SpecialIds", "start end pad")
 
 
-def _special_ids(start_id, end_id, pad_id):
+def check_special_ids(start_id, end_id, pad_id):
+    """The special ids as ``SpecialIds`` of ints (``end_id`` may be None),
+    or ``TypeError``."""
     for name, value in (("start_id", start_id), ("pad_id", pad_id), ("end_id", end_id)):
         if value is None and name == "end_id":
             continue
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
             raise TypeError(f"{name} must be an int. Received: {name}={value!r}")
-    return _Ids(int(start_id), None if end_id is None else int(end_id), int(pad_id))
+    return SpecialIds(int(start_id), None if end_id is None else int(end_id), int(pad_id))
 
 
 def greedy_search(
@@ -369,7 +378,7 @@ def greedy_search(
         generated tokens of each row followed by ``pad_id``; and ``(B,)``
         float32, each row's log-probability ``log P(Y | X)``.
     """
-    ids = _special_ids(start_id, end_id, pad_id)
+    ids = check_special_ids(start_id, end_id, pad_id)
     source_ids, max_lengths, max_length = _check_inputs(
         model, source_ids, max_lengths, max_length
     )
@@ -377,11 +386,11 @@ def greedy_search(
     run = _compiled_search(
         model,
         key,
-        lambda src, lengths: _greedy(
+        lambda src, lengths: greedy_loop(
             model, src, lengths, max_length, bool(use_cache), ids
         ),
     )
-    with _unchecked_loop(model):
+    with unchecked_loop(model):
         tokens, scores = run(source_ids, max_lengths)
     return _numpy(tokens), _numpy(scores)
 
@@ -390,8 +399,8 @@ def beam_search(
     model,
     source_ids,
     max_lengths,
-    beam_size=4,
-    length_penalty=0.6,
+    beam_size=BEAM_SIZE,
+    length_penalty=LENGTH_PENALTY,
     max_length=None,
     use_cache=True,
     start_id=START_ID,
@@ -433,7 +442,7 @@ def beam_search(
             f"Received: top_n={top_n}"
         )
     top_n = int(top_n)
-    ids = _special_ids(start_id, end_id, pad_id)
+    ids = check_special_ids(start_id, end_id, pad_id)
     source_ids, max_lengths, max_length = _check_inputs(
         model, source_ids, max_lengths, max_length
     )
@@ -441,39 +450,12 @@ def beam_search(
     run = _compiled_search(
         model,
         key,
-        lambda src, lengths, a: _beam(
+        lambda src, lengths, a: beam_loop(
             model, src, lengths, max_length, bool(use_cache), ids, beam_size, a, top_n
         ),
     )
-    with _unchecked_loop(model):
+    with unchecked_loop(model):
         tokens, scores, log_probs = run(
             source_ids, max_lengths, np.asarray(alpha, "float32")
         )
     return _numpy(tokens), _numpy(scores), _numpy(log_probs)
-
-
-def check_beam_size(beam_size):
-    if isinstance(beam_size, bool) or not isinstance(beam_size, (int, np.integer)):
-        raise TypeError(f"beam_size must be an int. Received: beam_size={beam_size!r}")
-    if beam_size < 1:
-        raise ValueError(f"beam_size must be >= 1. Received: beam_size={beam_size}")
-    return int(beam_size)
-
-
-def check_length_penalty(alpha):
-    # Like beam_size: a string such as "0.6" is a mistake to report, not a
-    # number to parse, and True is not a penalty.
-    if isinstance(alpha, bool) or not isinstance(
-        alpha, (int, float, np.integer, np.floating)
-    ):
-        raise TypeError(
-            f"length_penalty must be a number. Received: length_penalty={alpha!r}"
-        )
-    alpha = float(alpha)
-    # α = inf makes lp(Y) infinite for every |Y| > 1: the scores no longer
-    # rank anything (the search returned "").
-    if not (alpha >= 0.0 and np.isfinite(alpha)):  # also rejects NaN
-        raise ValueError(
-            f"length_penalty must be >= 0 and finite. Received: length_penalty={alpha}"
-        )
-    return alpha

@@ -1,20 +1,36 @@
-"""How a ``Translator`` searches: one value, checked once (§6.1)."""
+"""How a translator searches: one value, checked once (§6.1).
+
+The search's defaults are written here and nowhere else: the commands' flags,
+the server's request defaults, the trainer's report and the exports read
+them from ``SearchOptions``. Every setting has one check, made when a
+``SearchOptions`` is built; the low-level searches call the same checks for
+callers that use them directly.
+
+This module imports neither Keras nor a backend: the CTranslate2 engine and
+the server's request parsing use it.
+"""
 
 import dataclasses
+import math
 import numbers
 
 import numpy as np
 
-from keras_transformer.search import decoding
+# Paper §6.1: "beam search with a beam size of 4 and length penalty α = 0.6".
+BEAM_SIZE = 4
+LENGTH_PENALTY = 0.6
+# The default output limit, the same section: "We set the maximum output
+# length during inference to input length + 50".
+EXTRA_OUTPUT_LENGTH = 50
 
 
 @dataclasses.dataclass(frozen=True)
 class SearchOptions:
-    """The search settings of ``Translator.translate`` and its kin.
+    """The search settings of ``translate`` and its kin, on every engine.
 
     Checked and normalised when made: a bad value raises ``TypeError`` or
-    ``ValueError`` naming it, before any sentence is read. The methods take
-    one as ``search=`` and its fields as keyword arguments
+    ``ValueError`` naming it, before any sentence is read. The translators'
+    methods take one as ``search=`` and its fields as keyword arguments
     (``translator.translate(texts, beam_size=1)``).
 
     Attributes:
@@ -23,27 +39,29 @@ class SearchOptions:
         length_penalty: finite float >= 0, α of the length penalty
             ``((5 + |Y|) / 6) ** α`` (paper: 0.6).
         max_output_length: optional int >= 1, the most tokens generated per
-            sentence (``END_ID`` included); by default the translator's, or
-            the source length + 50 (§6.1). Capped by the model's
+            sentence (the end token included); by default the translator's,
+            or the source length + 50 (§6.1). Capped by the model's
             ``max_length``.
-        batch_size: int >= 1, the most sentences decoded together.
+        batch_size: optional int >= 1, the most sentences searched together;
+            by default the engine's own (``translator.default_batch_size``:
+            64 for Keras, measured values for CTranslate2).
         use_cache: bool, decode with the key/value cache (default), or rerun
             the whole model on the prefix at each step (slower; the same
-            tokens).
+            tokens). Engines without the choice ignore it.
         verbose: 0 (silent) or 1: sentences done, sentences per second and
             time left on stderr (``keras_transformer.progress``).
         fixed_batch: bool, pad every batch to ``batch_size`` rows (padding
-            rows cost compute, not results), so that the compiled search
-            has one shape per source and output width whatever the number
-            of sentences: what a server that batches requests wants
-            (``Translator.warm_up`` then compiles them all). By default a
-            batch is padded to a power of two of rows.
+            rows cost compute, not results), so that a compiled search has
+            one shape per source and output width whatever the number of
+            sentences: what a server that batches requests wants
+            (``warm_up`` then compiles them all). By default a batch is
+            padded to a power of two of rows.
     """
 
-    beam_size: int = 4
-    length_penalty: float = 0.6
+    beam_size: int = BEAM_SIZE
+    length_penalty: float = LENGTH_PENALTY
     max_output_length: int | None = None
-    batch_size: int = 64
+    batch_size: int | None = None
     use_cache: bool = True
     verbose: int = 0
     fixed_batch: bool = False
@@ -59,18 +77,20 @@ class SearchOptions:
                 f"verbose must be 0 or 1. Received: verbose={self.verbose!r}"
             )
         checked = {
-            "beam_size": decoding.check_beam_size(self.beam_size),
-            "length_penalty": decoding.check_length_penalty(self.length_penalty),
+            "beam_size": check_beam_size(self.beam_size),
+            "length_penalty": check_length_penalty(self.length_penalty),
             "max_output_length": check_length(
                 self.max_output_length, "max_output_length"
             ),
-            "batch_size": check_length(self.batch_size, "batch_size", optional=False),
+            "batch_size": check_length(self.batch_size, "batch_size"),
             "use_cache": bool(self.use_cache),
             "verbose": int(self.verbose),
             "fixed_batch": bool(self.fixed_batch),
         }
         for name, value in checked.items():
             object.__setattr__(self, name, value)
+        if self.fixed_batch and self.batch_size is None:
+            raise ValueError("fixed_batch=True needs a batch_size.")
 
     @classmethod
     def of(cls, search=None, **options):
@@ -86,6 +106,10 @@ class SearchOptions:
         options = _known(cls, options)
         return dataclasses.replace(search, **options) if options else search
 
+    def batch_size_or(self, default):
+        """The batch size asked for, or the engine's ``default``."""
+        return default if self.batch_size is None else self.batch_size
+
 
 def _known(cls, options):
     """``options``, or ``TypeError`` for a name that is not a field."""
@@ -96,6 +120,49 @@ def _known(cls, options):
             f"Unknown search options {unknown}. Expected some of {sorted(fields)}."
         )
     return options
+
+
+def length_penalty(length, alpha):
+    """GNMT length penalty ``((5 + length) / 6) ** alpha`` (Wu et al., 2016, §7),
+    by which beam search ranks hypotheses: ``log P(Y | X) / lp(Y)``.
+
+    Works on Python numbers and on tensors.
+    """
+    return ((5.0 + length) / 6.0) ** alpha
+
+
+def check_beam_size(beam_size):
+    """An int >= 1, else ``TypeError``/``ValueError``."""
+    if isinstance(beam_size, bool) or not isinstance(beam_size, numbers.Integral):
+        raise TypeError(f"beam_size must be an int. Received: beam_size={beam_size!r}")
+    if beam_size < 1:
+        raise ValueError(f"beam_size must be >= 1. Received: beam_size={beam_size}")
+    return int(beam_size)
+
+
+def check_length_penalty(alpha):
+    """A finite number >= 0 (α), as a float, else ``TypeError``/``ValueError``."""
+    # A string such as "0.6" is a mistake to report, not a number to parse,
+    # and True is not a penalty.
+    if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real):
+        raise TypeError(
+            f"length_penalty must be a number. Received: length_penalty={alpha!r}"
+        )
+    try:
+        alpha = float(alpha)
+    except OverflowError:  # an int past float's range
+        alpha = math.inf
+    # The searches compute in float32: a value past its range becomes inf,
+    # and α = inf makes lp(Y) infinite for every |Y| > 1, so that the scores
+    # no longer rank anything.
+    with np.errstate(over="ignore"):
+        in_float32 = np.isfinite(np.float32(alpha))
+    if not (alpha >= 0.0 and in_float32):  # also rejects NaN
+        raise ValueError(
+            "length_penalty must be >= 0 and finite in float32. Received: "
+            f"length_penalty={alpha}"
+        )
+    return alpha
 
 
 def check_length(value, name, optional=True):

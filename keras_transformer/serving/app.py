@@ -21,6 +21,7 @@ from starlette.routing import Route
 
 from keras_transformer.serving.batcher import Batcher, QueueFull, SearchFailed
 from keras_transformer.serving.metrics import Metrics
+from keras_transformer.search.options import SearchOptions
 from keras_transformer.serving.requests import Limits, RequestError, parse_translate
 
 # Seconds a client is asked to wait before it retries a 503.
@@ -90,8 +91,6 @@ class Service:
         self.translator = None
         self._load = load
         self.on_ready, self.on_failure = on_ready, on_failure
-        self._count_tokens = None
-        self._options = {}  # the search options every call adds
         self.limits = None
         self.executor = concurrent.futures.ThreadPoolExecutor(
             1, thread_name_prefix="kt-serve-search"
@@ -150,40 +149,36 @@ class Service:
             self.on_ready()
 
     def _load_and_warm_up(self):
-        import sentencepiece
-
+        # Any engine of the translator interface (translate.base): the
+        # calls below are the interface's.
         translator = self._load()
-        # Token counts for the length check, without the translator's own
-        # tokenizer (keras-hub's runs TensorFlow ops): the same model.
-        pieces = sentencepiece.SentencePieceProcessor(
-            model_proto=translator.tokenizer.proto
-        )
-        self._count_tokens = lambda texts: [
-            len(ids) + 1 for ids in pieces.Encode(texts)
-        ]
-        self.limits = Limits(
-            max_texts=self.settings.max_texts,
-            max_tokens=translator.source_max_length or sys.maxsize,
-            max_beam_size=self.settings.max_beam_size,
-        )
         # A call's sentences are sorted by length and searched in groups of
         # search_batch_size, each padded to that many rows: a Keras
         # translator then compiles one search per width, all of them now
         # (for the default beam size), not one of several seconds whenever
         # a group of a new size arrives.
-        self._options = {
-            "batch_size": min(
+        search = SearchOptions(
+            batch_size=min(
                 self.settings.search_batch_size, self.settings.max_batch_size
             ),
-            "fixed_batch": True,
-        }
-        translator.warm_up(beam_size=self.limits.beam_size, **self._options)
+            fixed_batch=True,
+        )
+        self.limits = Limits(
+            max_texts=self.settings.max_texts,
+            max_tokens=translator.source_max_length or sys.maxsize,
+            max_beam_size=self.settings.max_beam_size,
+            search=search,
+        )
+        translator.warm_up(search)
         self.translator = translator
 
-    def _translate(self, texts, beam_size, length_penalty):
-        return self.translator.translate(
-            texts, beam_size=beam_size, length_penalty=length_penalty, **self._options
-        )
+    def _count_tokens(self, texts):
+        # Counted with sentencepiece, not the engine's tokenizer (keras-hub's
+        # runs TensorFlow ops): the request is parsed on the event loop.
+        return self.translator.source_lengths(texts)
+
+    def _translate(self, texts, search):
+        return self.translator.translate(texts, search)
 
     # -- endpoints --------------------------------------------------------------
 
@@ -240,7 +235,7 @@ class Service:
             self.metrics.errors.labels("bad_request").inc()
             return _error(error.status, error.message)
         job = asyncio.ensure_future(
-            self.batcher.submit(parsed.texts, parsed.beam_size, parsed.length_penalty)
+            self.batcher.submit(parsed.texts, parsed.search)
         )
         gone = asyncio.ensure_future(_disconnect(request.receive))
         await asyncio.wait({job, gone}, return_when=asyncio.FIRST_COMPLETED)

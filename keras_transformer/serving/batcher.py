@@ -35,7 +35,7 @@ class SearchFailed(Exception):
 @dataclasses.dataclass(eq=False)
 class _Job:
     texts: list
-    options: tuple  # (beam_size, length_penalty): jobs batched together share them
+    options: object  # the search's settings: jobs batched together share them
     future: asyncio.Future
     arrived: float
 
@@ -44,8 +44,9 @@ class Batcher:
     """Translates the jobs of ``submit`` in batches, with ``translate``.
 
     Args:
-        translate: ``translate(texts, beam_size, length_penalty)`` → a list
-            of str, one per text; run in ``executor``, so it may block.
+        translate: ``translate(texts, options)`` → a list of str, one per
+            text; run in ``executor``, so it may block. ``options`` is what
+            a job was submitted with (the server's: a ``SearchOptions``).
         executor: where searches run (a one-thread executor: one search at
             a time).
         max_batch_size: the most sentences given to one ``translate`` call
@@ -81,8 +82,9 @@ class Batcher:
     def start(self):
         self._task = asyncio.get_running_loop().create_task(self._run())
 
-    async def submit(self, texts, beam_size, length_penalty):
-        """The translations of ``texts``, once their batch is searched.
+    async def submit(self, texts, options):
+        """The translations of ``texts``, once their batch is searched with
+        ``options`` (hashable: jobs with equal options share a batch).
 
         Raises:
             QueueFull: the queue has no room for ``texts``.
@@ -97,7 +99,7 @@ class Batcher:
             )
         job = _Job(
             texts,
-            (beam_size, length_penalty),
+            options,
             asyncio.get_running_loop().create_future(),
             time.monotonic(),
         )
@@ -140,7 +142,7 @@ class Batcher:
             start = time.monotonic()
             try:
                 outputs = await loop.run_in_executor(
-                    self._executor, self._translate, texts, *batch[0].options
+                    self._executor, self._translate, texts, batch[0].options
                 )
             except Exception as error:  # one batch's failure is its own
                 for job in batch:

@@ -8,9 +8,11 @@ queue, so it cannot hold up or break anyone else's batch.
 import dataclasses
 import json
 
-from keras_transformer.search.decoding import check_beam_size, check_length_penalty
+from keras_transformer.search.options import SearchOptions
 
-OPTIONS = ("texts", "beam_size", "length_penalty")
+# What a request may say about its search; the rest is the server's.
+SEARCH_FIELDS = ("beam_size", "length_penalty")
+OPTIONS = ("texts", *SEARCH_FIELDS)
 
 
 class RequestError(Exception):
@@ -31,21 +33,21 @@ class Limits:
         max_tokens: tokens per text, its end token included (the model's
             ``max_length``); a longer text is refused, not cut.
         max_beam_size: the largest ``beam_size``.
-        beam_size, length_penalty: the defaults (the paper's 4 and 0.6).
+        search: the ``SearchOptions`` of a request that sets none (the
+            paper's 4 beams and α = 0.6, with the server's batch settings);
+            a request's ``beam_size`` and ``length_penalty`` replace them.
     """
 
     max_texts: int
     max_tokens: int
     max_beam_size: int
-    beam_size: int = 4
-    length_penalty: float = 0.6
+    search: SearchOptions = SearchOptions()
 
 
 @dataclasses.dataclass(frozen=True)
 class TranslateRequest:
     texts: list
-    beam_size: int
-    length_penalty: float
+    search: SearchOptions
 
 
 def _json_type(value):
@@ -93,20 +95,18 @@ def parse_translate(body, limits, count_tokens):
             400, f"unknown option(s) {unknown}; a request may have {list(OPTIONS)}"
         )
     texts = _texts(data, limits, count_tokens)
-    beam_size = data.get("beam_size", limits.beam_size)
-    length_penalty = data.get("length_penalty", limits.length_penalty)
+    asked = {name: data[name] for name in SEARCH_FIELDS if name in data}
     try:
-        beam_size = check_beam_size(beam_size)
-        length_penalty = check_length_penalty(length_penalty)
+        search = SearchOptions.of(limits.search, **asked)
     except (TypeError, ValueError) as error:
         raise RequestError(400, str(error)) from None
-    if beam_size > limits.max_beam_size:
+    if search.beam_size > limits.max_beam_size:
         raise RequestError(
             400,
-            f"beam_size={beam_size} is more than this server's maximum "
+            f"beam_size={search.beam_size} is more than this server's maximum "
             f"{limits.max_beam_size}",
         )
-    return TranslateRequest(texts, beam_size, length_penalty)
+    return TranslateRequest(texts, search)
 
 
 def _texts(data, limits, count_tokens):

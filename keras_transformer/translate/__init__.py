@@ -7,7 +7,7 @@ Names are imported when first used: the CTranslate2 engine needs neither
 Keras nor a backend, and importing this package must not bring them in.
 """
 
-import importlib
+from keras_transformer import _lazy
 
 _PUBLIC = {
     "AttentionMaps": "keras_transformer.translate.attention_maps",
@@ -23,15 +23,4 @@ _PUBLIC = {
 
 __all__ = sorted(_PUBLIC)
 
-
-def __getattr__(name):
-    module = _PUBLIC.get(name)
-    if module is None:
-        raise AttributeError(
-            f"module 'keras_transformer.translate' has no attribute {name!r}"
-        )
-    return getattr(importlib.import_module(module), name)
-
-
-def __dir__():
-    return sorted(set(globals()) | set(_PUBLIC))
+__getattr__, __dir__ = _lazy.attributes(__name__, _PUBLIC)

@@ -1,18 +1,20 @@
-"""The translator of a CTranslate2 export: ``Translator``'s calls, run by
-CTranslate2 (``load_ctranslate2(directory).translate([...])``).
+"""The CTranslate2 engine of the translator interface: the translator of an
+export folder, run by CTranslate2
+(``load_ctranslate2(directory).translate([...])``).
 
 ``CTranslate2Translator`` reads the directory with ``ctranslate2.Translator``
-and the ``sentencepiece`` package (not keras-hub: this path does not import
-TensorFlow). Its inputs are checked, cut and warned about by the code of
-``Translator.encode_sources`` itself: the same ``TypeError``/``ValueError``
-for a bad sentence, the same ``UserWarning`` for a source longer than
-``max_length`` (cut to its first ``max_length - 1`` tokens and ``</s>``) or
-with characters the tokenizer cannot spell. Sources are given to CTranslate2
-as pieces ending with ``</s>``, as the model was trained.
+and the ``sentencepiece`` package (not keras-hub), and imports neither Keras
+nor a backend. Its inputs are checked, cut and warned about by
+``translate.base.TranslatorBase``, as every engine's: the same
+``TypeError``/``ValueError`` for a bad sentence, the same ``UserWarning``
+for a source longer than ``max_length`` (cut to its first ``max_length - 1``
+tokens and ``</s>``) or with characters the tokenizer cannot spell. Sources
+are given to CTranslate2 as pieces ending with ``</s>``, as the model was
+trained.
 
 Decoding matches ``keras_transformer.search.decoding``:
 
-- The output-length rule is the Translator's: at most the source length
+- The output-length rule is every engine's: at most the source length
   (``</s>`` excluded) + 50 tokens, or ``max_output_length``, never more than
   ``max_length``, the end token included. CTranslate2's
   ``max_decoding_length`` is one number per call, so sentences are sorted
@@ -69,6 +71,10 @@ import math
 import numbers
 import os
 
+from keras_transformer.data.tokenizer import SentencePiece
+from keras_transformer.search.options import check_length, length_penalty
+from keras_transformer.translate.base import TranslatorBase
+
 # How CTranslate2's beam search collects hypotheses to re-rank: it stops
 # once round(beam_size * PATIENCE) hypotheses have finished.
 PATIENCE = 2.0
@@ -78,7 +84,7 @@ DEFAULT_INTER_THREADS = 2
 DEFAULT_INTRA_THREADS = 1
 # CTranslate2's length penalty while it searches: any value but 0 (which
 # stops a sentence at its first finished best hypothesis); undone exactly.
-_SEARCH_LENGTH_PENALTY = 1.0
+SEARCH_LENGTH_PENALTY = 1.0
 
 FORMAT = "keras_transformer.ctranslate2"
 FORMAT_VERSION = 1
@@ -89,7 +95,7 @@ _INSTALL = (
 )
 
 
-def _import_ctranslate2():
+def import_ctranslate2():
     try:
         import ctranslate2
     except ImportError as error:
@@ -99,7 +105,7 @@ def _import_ctranslate2():
     return ctranslate2
 
 
-def _vocabulary(pieces, size):
+def vocabulary_names(pieces, size):
     """``size`` distinct names: the pieces in id order, then placeholders for
     the ids the model has and the tokenizer not."""
     vocabulary = list(pieces[:size])
@@ -116,34 +122,7 @@ def _vocabulary(pieces, size):
 # -- the translator -----------------------------------------------------------------
 
 
-class _SentencePiece:
-    """The calls of keras-hub's ``SentencePieceTokenizer`` that the package's
-    helpers make (``encode``, ``decode``), with ``sentencepiece`` alone."""
-
-    def __init__(self, proto):
-        import sentencepiece as spm
-
-        self.proto = proto
-        # As keras-hub builds it for Python (no bos, no eos, no sampling).
-        self._processor = spm.SentencePieceProcessor(model_proto=proto, out_type=int)
-
-    def tokenize(self, texts):
-        return self._processor.Encode(list(texts))
-
-    def detokenize(self, ids):
-        return self._processor.Decode([list(row) for row in ids])
-
-    def vocabulary_size(self):
-        return self._processor.get_piece_size()
-
-    def id_to_token(self, i):
-        return self._processor.id_to_piece(int(i))
-
-    def token_to_id(self, piece):
-        return self._processor.piece_to_id(piece)
-
-
-class CTranslate2Translator:
+class CTranslate2Translator(TranslatorBase):
     """A translator from ``export_ctranslate2``'s directory, run by CTranslate2.
 
     Args:
@@ -160,11 +139,11 @@ class CTranslate2Translator:
             re-ranking by the GNMT score (module docstring).
         device: "cpu" (default) or "cuda".
 
-    The calls are ``Translator``'s: ``translate``, ``translate_ids``,
-    ``n_best``, ``decode_ids``, ``encode_sources``, with ``SearchOptions``
-    (``use_cache`` and ``fixed_batch`` are accepted and change nothing:
-    nothing is compiled; ``verbose=1`` reports
-    progress on stderr). ``translator`` is the ``ctranslate2.Translator``,
+    The calls are the interface's (``TranslatorBase``): ``translate``,
+    ``translate_ids``, ``n_best``, ``decode_ids``, ``encode_sources``, with
+    ``SearchOptions`` (``use_cache`` and ``fixed_batch`` are accepted and
+    change nothing: nothing is compiled; ``verbose=1`` reports progress on
+    stderr). ``translator`` is the ``ctranslate2.Translator``,
     ``tokenizer`` the SentencePiece model, ``metadata`` the export's
     ``keras_transformer.json``, ``engine`` says what translates.
     """
@@ -179,9 +158,7 @@ class CTranslate2Translator:
         patience=PATIENCE,
         device="cpu",
     ):
-        from keras_transformer.search.options import check_length
-
-        ctranslate2 = _import_ctranslate2()
+        ctranslate2 = import_ctranslate2()
         path = os.path.abspath(os.fspath(path))
         metadata_path = os.path.join(path, METADATA_FILE)
         if not os.path.isfile(metadata_path):
@@ -205,7 +182,7 @@ class CTranslate2Translator:
         self.patience = float(patience)
         self.batch_size = check_length(batch_size, "batch_size")
         with open(os.path.join(path, self.metadata["tokenizer"]["file"]), "rb") as f:
-            self.tokenizer = _SentencePiece(f.read())
+            self.tokenizer = SentencePiece(f.read())
         self.path = path
         self.source_max_length = self.target_max_length = int(
             self.metadata["max_length"]
@@ -213,7 +190,7 @@ class CTranslate2Translator:
         self.max_output_length = self.metadata.get("max_output_length")
         self.extra_output_length = int(self.metadata["extra_output_length"])
         special = self.metadata["special_ids"]
-        self._pad, self._start, self._end = (
+        self.pad_id, self.start_id, self.end_id = (
             special["pad"],
             special["start"],
             special["end"],
@@ -223,12 +200,13 @@ class CTranslate2Translator:
             self.tokenizer.id_to_token(i)
             for i in range(self.tokenizer.vocabulary_size())
         ]
-        self._source_pieces = _vocabulary(pieces, model["src_vocab_size"])
-        self._target_pieces = _vocabulary(pieces, model["tgt_vocab_size"])
+        self._source_pieces = vocabulary_names(pieces, model["src_vocab_size"])
+        self.source_vocabulary_size = len(self._source_pieces)
+        self._target_pieces = vocabulary_names(pieces, model["tgt_vocab_size"])
         self._target_ids = {piece: i for i, piece in enumerate(self._target_pieces)}
         self._suppressed = [
-            [self._target_pieces[self._pad]],
-            [self._target_pieces[self._start]],
+            [self._target_pieces[self.pad_id]],
+            [self._target_pieces[self.start_id]],
         ]
         self.translator = ctranslate2.Translator(
             path,
@@ -241,10 +219,7 @@ class CTranslate2Translator:
     def __repr__(self):
         return f"<CTranslate2Translator {self.path!r} ({self.engine})>"
 
-    # -- what Translator.encode_sources asks of its translator ---------------------
-
-    def check_tokenizer(self):
-        """Nothing to check: the export wrote the tokenizer with the model."""
+    # -- what the interface asks of an engine ----------------------------------------
 
     @property
     def engine(self):
@@ -260,122 +235,17 @@ class CTranslate2Translator:
         kind = "int8" if "int8" in str(self.translator.compute_type) else "float32"
         return DEFAULT_BATCH_SIZES[kind]
 
-    def encode_sources(self, texts):
-        """As ``Translator.encode_sources`` (the same code): ids ending with
-        ``END_ID``, cut to ``max_length``, with the same warnings."""
-        from keras_transformer.translate.keras_translator import Translator
-
-        return Translator.encode_sources(self, texts)
-
-    # -- the calls of Translator ----------------------------------------------------
-
-    def translate(self, texts, search=None, **options):
-        """As ``Translator.translate``: a list of str, one per sentence."""
-        from keras_transformer.data.tokenizer import decode
-
-        best = self.translate_ids(texts, search, **options)
-        return decode(self.tokenizer, best)
-
-    def translate_ids(self, texts, search=None, **options):
-        """As ``Translator.translate_ids``: the generated ids, ending with
-        ``END_ID`` unless the output-length limit came first."""
-        search, explicit = self._search(search, options)
-        hypotheses = self._decode(self.encode_sources(texts), search, explicit)
-        return [row[0][0] for row in hypotheses]
-
-    def n_best(self, texts, n=None, search=None, **options):
-        """As ``Translator.n_best``: per sentence, the ``n`` best
-        ``(translation, score)``, the score ``log P(Y | X) / lp(Y)`` (GNMT)."""
-        from keras_transformer.data.tokenizer import decode
-        from keras_transformer.search.options import check_n_best
-
-        search, explicit = self._search(search, options)
-        n = check_n_best(n, search.beam_size)
-        results = []
-        for row in self._decode(self.encode_sources(texts), search, explicit):
-            row = row[:n]
-            texts_out = decode(self.tokenizer, [ids for ids, _ in row])
-            results.append(
-                [(text, score) for text, (_, score) in zip(texts_out, row, strict=True)]
-            )
-        return results
-
-    def warm_up(self, search=None, **options):
-        """As ``Translator.warm_up``, but CTranslate2 compiles nothing: one
-        translation (of an empty text) loads what it loads on first use.
-
-        Returns:
-            int: 0, the searches compiled.
-        """
-        self.translate([""], search, **options)
-        return 0
-
-    def decode_ids(self, source_ids, search=None, **options):
-        """As ``Translator.decode_ids``: ``beam_size`` hypotheses ``(ids,
-        score)`` per encoded source, best first."""
-        search, explicit = self._search(search, options)
-        return self._decode(source_ids, search, explicit)
-
-    # -- decoding -------------------------------------------------------------------
-
-    @staticmethod
-    def _search(search, options):
-        from keras_transformer.search.options import SearchOptions
-
-        checked = SearchOptions.of(search, **options)
-        # SearchOptions' default batch size is the Keras translator's; here
-        # the measured defaults apply unless one was given.
-        explicit = "batch_size" in options or (
-            search is not None and search.batch_size != SearchOptions.batch_size
-        )
-        return checked, explicit
-
-    def _output_limit(self, source_length, max_output_length):
-        if max_output_length is None:
-            max_output_length = source_length + self.extra_output_length
-        return min(max_output_length, self.target_max_length)
-
-    def _decode(self, source_ids, search, explicit_batch_size):
-        from keras_transformer.progress import Progress
-
-        max_output_length = search.max_output_length
-        if max_output_length is None:
-            max_output_length = self.max_output_length
-        sources = [[int(i) for i in row] for row in source_ids]
-        vocabulary = len(self._source_pieces)
-        for row in sources:
-            if len(row) > self.source_max_length:
-                raise ValueError(
-                    f"A source has {len(row)} tokens, more than the model's "
-                    f"max_length={self.source_max_length}."
-                )
-            if self._pad in row:
-                raise ValueError(f"Source ids must not contain padding ({self._pad}).")
-            if any(not 0 <= i < vocabulary for i in row):
-                raise ValueError(
-                    f"Source ids must be in [0, {vocabulary}). Received: {row}"
-                )
-        limits = [
-            self._output_limit(
-                len(row) - (1 if row and row[-1] == self._end else 0),
-                max_output_length,
-            )
-            for row in sources
-        ]
-        batch_size = (
-            search.batch_size if explicit_batch_size else self.default_batch_size
-        )
-        progress = Progress(len(sources)) if search.verbose else None
-        # Sorted by length, so that a batch has little padding; one
-        # asynchronous call per batch, so that CTranslate2 decodes
+    def _search_sorted(self, sources, limits, search, top_n, report):
+        # CTranslate2 finds every hypothesis of the beam: top_n changes nothing.
+        batch_size = search.batch_size_or(self.default_batch_size)
+        # One asynchronous call per batch, so that CTranslate2 decodes
         # inter_threads batches at once. A batch decodes with its largest
         # output limit.
-        order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
         batches = [
             (chunk, max(limits[i] for i in chunk))
             for chunk in (
-                order[start : start + batch_size]
-                for start in range(0, len(order), batch_size)
+                range(start, min(start + batch_size, len(sources)))
+                for start in range(0, len(sources), batch_size)
             )
         ]
         results = [None] * len(sources)
@@ -389,8 +259,7 @@ class CTranslate2Translator:
                 else:
                     results[i] = pool[: search.beam_size]
                     done += 1
-            if progress is not None:
-                progress.update(done)
+            report(done)
         # A result that may depend on the sentence's own limit: decoded again
         # with it, in batches of one limit.
         batches = [
@@ -404,8 +273,7 @@ class CTranslate2Translator:
                     : search.beam_size
                 ]
                 done += 1
-            if progress is not None:
-                progress.update(done)
+            report(done)
         return results
 
     def _run(self, sources, batches, search):
@@ -436,7 +304,7 @@ class CTranslate2Translator:
             options.update(
                 patience=self.patience,
                 num_hypotheses=self._pool(beam),
-                length_penalty=_SEARCH_LENGTH_PENALTY,
+                length_penalty=SEARCH_LENGTH_PENALTY,
             )
         return self.translator.translate_batch(tokens, **options)
 
@@ -449,8 +317,6 @@ class CTranslate2Translator:
 
     def _hypotheses(self, result, search):
         """``[(ids, score)]`` best first by our score, from CTranslate2's."""
-        from keras_transformer.search.decoding import length_penalty
-
         alpha = search.length_penalty
         ranked = []
         for tokens, score in zip(result.hypotheses, result.scores, strict=True):
@@ -458,7 +324,7 @@ class CTranslate2Translator:
             length = len(ids)
             # Undo CTranslate2's score / |Y| ** length_penalty (|Y| with </s>).
             if search.beam_size > 1 and length:
-                score = score * length**_SEARCH_LENGTH_PENALTY
+                score = score * length**SEARCH_LENGTH_PENALTY
             ranked.append((ids, float(score) / length_penalty(length, alpha)))
         # Stable: ties keep CTranslate2's order.
         ranked.sort(key=lambda item: -item[1])

@@ -1,0 +1,368 @@
+"""The translator interface: what every engine shares, written once.
+
+An engine (the Keras ``Translator``, the ``CTranslate2Translator`` of an
+export, the next one) supplies a tokenizer, its limits and one method that
+searches sorted, encoded sources; ``TranslatorBase`` does the rest the same
+way for all of them:
+
+- text checks: every sentence a ``str`` with a UTF-8 encoding (``None``,
+  bytes or a number raise ``TypeError`` naming the index, rather than being
+  translated as the words "None", "b'...'" or "42"; a lone surrogate
+  ``ValueError``);
+- encoding: the tokenizer's pieces and the end token; a source longer than
+  the model's ``max_length`` keeps its first ``max_length - 1`` pieces and the
+  end token, with a ``UserWarning`` that names the limit (translating the
+  beginning is more useful than failing a whole batch for one long line);
+  text the tokenizer cannot spell becomes the unknown id, also with a
+  ``UserWarning``;
+- the id checks of ``decode_ids`` (no padding, within the model's length and
+  vocabulary);
+- each sentence's output limit: the source length (end token excluded) + 50
+  (§6.1), or the fixed ``max_output_length``, never more than the model's
+  ``max_length``;
+- sorting by length (so that a batch shares one padded width) and putting
+  the results back in the callers' order;
+- ``translate``, ``translate_ids``, ``n_best``, ``decode_ids``, progress,
+  and the token counts a server checks requests with.
+
+This module imports neither Keras nor a backend: an engine that needs none
+(CTranslate2) must not pay for them.
+"""
+
+import warnings
+
+from keras_transformer.data.tokenizer import SentencePiece
+from keras_transformer.progress import Progress
+from keras_transformer.search.options import (
+    EXTRA_OUTPUT_LENGTH,
+    SearchOptions,
+    check_n_best,
+)
+from keras_transformer.special_tokens import END_ID, PAD_ID, START_ID, UNK_ID
+
+
+def check_texts(texts):
+    """``texts`` as a list of str; refuses anything ``str()`` would have
+    turned into words to translate ("None", "b'...'", "42")."""
+    if isinstance(texts, (str, bytes)):
+        raise TypeError("texts must be a list of sentences, not one string.")
+    try:
+        texts = list(texts)
+    except TypeError:
+        raise TypeError(
+            f"texts must be an iterable of str, got {type(texts).__name__}"
+        ) from None
+    for i, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise TypeError(f"texts[{i}] must be str, got {type(text).__name__}")
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as error:
+            # E.g. a lone surrogate, from bytes decoded with "surrogateescape".
+            bad = text[error.start : error.end]
+            raise ValueError(
+                f"texts[{i}] cannot be encoded as UTF-8 ({error.reason}): "
+                f"{bad!r} at index {error.start}"
+            ) from None
+    return texts
+
+
+class TranslatorBase:
+    """Text in, text out, on any engine.
+
+    What an engine supplies (attributes, set in its ``__init__``):
+
+    - ``tokenizer``: ``tokenize(texts) -> id lists``, ``detokenize(id lists)
+      -> texts``, ``vocabulary_size()`` and ``proto`` (the SentencePiece
+      model's bytes);
+    - ``source_max_length``, ``target_max_length``: the model's position
+      limits (int, or None for none);
+    - ``max_output_length``: None (source length + ``extra_output_length``)
+      or a fixed limit;
+    - ``source_vocabulary_size``: the ids a source may hold (or None);
+    - the special ids ``pad_id``, ``start_id``, ``end_id``, ``unk_id`` if not
+      the package's reserved 0–3, and ``extra_output_length`` if not §6.1's 50;
+
+    and methods: ``engine`` (a property: what translates, in words),
+    ``default_batch_size`` (a property) and ``_search_sorted`` (below);
+    optionally ``check_tokenizer`` and ``warm_up``.
+
+    The methods keep no state between calls: several threads may translate
+    with one translator at once (an engine that needs a lock takes its own).
+    """
+
+    pad_id = PAD_ID
+    start_id = START_ID
+    end_id = END_ID
+    unk_id = UNK_ID
+    extra_output_length = EXTRA_OUTPUT_LENGTH
+    source_vocabulary_size = None
+
+    # -- what an engine supplies ----------------------------------------------------
+
+    @property
+    def engine(self):
+        """What translates, in words (``"keras jax float32"``, ...)."""
+        raise NotImplementedError(f"{type(self).__name__} must define engine")
+
+    @property
+    def default_batch_size(self):
+        """Sentences searched together when ``SearchOptions.batch_size`` is
+        None."""
+        raise NotImplementedError(
+            f"{type(self).__name__} must define default_batch_size"
+        )
+
+    def _search_sorted(self, sources, limits, search, top_n, report):
+        """Search encoded sources, sorted by length (shortest first).
+
+        Args:
+            sources: list of lists of int, checked, each ending with the end
+                id unless cut by the caller.
+            limits: each source's output limit (end token included).
+            search: a ``SearchOptions``; its ``batch_size`` may be None (the
+                engine's default).
+            top_n: how many of the best hypotheses must be exact (None: all
+                ``beam_size``); an engine may give more.
+            report: call with the number of sentences done so far.
+
+        Returns:
+            one list per source of hypotheses ``(ids, score)``, best first,
+            ``ids`` without the start id, ending with the end id unless the
+            limit came first; ``score`` is ``log P(Y | X) / lp(Y)``.
+        """
+        raise NotImplementedError(f"{type(self).__name__} must define _search_sorted")
+
+    def check_tokenizer(self):
+        """Raise ``ValueError`` if the tokenizer cannot be used (an engine
+        whose tokenizer is read later than it is made checks it here)."""
+
+    def warm_up(self, search=None, **options):
+        """Do what the first call would do slowly (load, compile), so that a
+        server answers its first request as fast as the rest.
+
+        Returns:
+            int: the searches compiled (0 for an engine that compiles
+            nothing).
+        """
+        self.translate([""], search, **options)
+        return 0
+
+    # -- text ---------------------------------------------------------------------
+
+    def translate(self, texts, search=None, **options):
+        """Translate sentences with beam search (greedy with ``beam_size=1``).
+
+        Args:
+            texts: list (or other iterable) of str; anything else, or text
+                with no UTF-8 encoding (a lone surrogate), is refused.
+            search: optional ``SearchOptions``.
+            **options: its fields, replacing ``search``'s: ``beam_size``
+                (4), ``length_penalty`` (0.6), ``max_output_length``,
+                ``batch_size``, ``use_cache``, ``verbose``, ``fixed_batch``.
+
+        Returns:
+            list of str, one per input (``""`` where the model ends at once).
+
+        Raises:
+            TypeError, ValueError: a bad argument, before any sentence is
+                read.
+        """
+        best = self.translate_ids(texts, SearchOptions.of(search, **options))
+        return self.detokenize(best)
+
+    def translate_ids(self, texts, search=None, **options):
+        """Like ``translate`` but returns the generated token ids.
+
+        Returns:
+            list of lists of int: the tokens after the start id, ending with
+            the end id unless the maximum output length was reached first.
+        """
+        search = SearchOptions.of(search, **options)
+        hypotheses = self._decode(self.encode_sources(texts), search, top_n=1)
+        return [row[0][0] for row in hypotheses]
+
+    def n_best(self, texts, n=None, search=None, **options):
+        """The ``n`` best translations of each sentence, with their scores.
+
+        Args:
+            texts: list of str.
+            n: int, at most ``beam_size`` (default: ``beam_size``).
+            search, **options: as for ``translate``.
+
+        Returns:
+            list (one per input) of lists of ``(translation, score)``, best
+            first; the score is the search's ``log P(Y | X) / lp(Y)``, the
+            quantity it ranks by.
+        """
+        # The search first: n defaults to beam_size and is bounded by it.
+        search = SearchOptions.of(search, **options)
+        n = check_n_best(n, search.beam_size)
+        results = []
+        for row in self._decode(self.encode_sources(texts), search, top_n=n):
+            row = row[:n]
+            texts_out = self.detokenize([ids for ids, _ in row])
+            results.append(
+                [(text, score) for text, (_, score) in zip(texts_out, row, strict=True)]
+            )
+        return results
+
+    def decode_ids(self, source_ids, search=None, **options):
+        """Search for the translations of encoded sources.
+
+        Args:
+            source_ids: list of lists of int, each ending with the end id
+                (as ``encode_sources`` gives them), no padding, at most the
+                model's ``max_length`` long.
+            search, **options: as for ``translate``.
+
+        Returns:
+            list (one per source) of ``beam_size`` hypotheses ``(ids,
+            score)``, best first: ids as in ``translate_ids``, the score the
+            search's ``log P(Y | X) / lp(Y)``.
+        """
+        return self._decode(source_ids, SearchOptions.of(search, **options))
+
+    def encode_sources(self, texts):
+        """Source ids ending with the end id, cut to the model's ``max_length``.
+
+        A source that is too long keeps its first ``max_length - 1`` pieces
+        and the end id, with a ``UserWarning``. A source with text the
+        tokenizer cannot spell (the unknown id) also gives a ``UserWarning``:
+        it is translated, but the model has not seen those characters.
+
+        Raises:
+            TypeError: ``texts`` is one string, or an item is not a str
+                (the message names its index and type).
+            ValueError: an item has no UTF-8 encoding (e.g. a lone
+                surrogate), or the tokenizer has no vocabulary.
+        """
+        texts = check_texts(texts)
+        self.check_tokenizer()
+        ids = self.tokenize(texts)
+        unknown = [i for i, row in enumerate(ids) if self.unk_id in row]
+        if unknown:
+            example = texts[unknown[0]]
+            warnings.warn(
+                f"{len(unknown)} of {len(ids)} sources contain characters the "
+                f"tokenizer has never seen (read as <unk>), e.g. source "
+                f"{unknown[0]}: {example[:60]!r}. Their translations may be "
+                "poor there.",
+                UserWarning,
+                stacklevel=3,
+            )
+        limit = self.source_max_length
+        too_long = 0 if limit is None else sum(len(row) > limit for row in ids)
+        if too_long:
+            warnings.warn(
+                f"{too_long} of {len(ids)} sources are longer than the model's "
+                f"max_length={limit} tokens (end token included); each is "
+                f"truncated to its first {limit - 1} tokens and the end token.",
+                UserWarning,
+                stacklevel=3,
+            )
+            ids = [
+                row if len(row) <= limit else row[: limit - 1] + [self.end_id]
+                for row in ids
+            ]
+        return ids
+
+    def tokenize(self, texts):
+        """Each text's piece ids and the end id (no truncation, no checks)."""
+        if not texts:
+            return []
+        pieces = self.tokenizer.tokenize(list(texts))
+        if hasattr(pieces, "to_list"):  # a tf.RaggedTensor on TensorFlow
+            pieces = pieces.to_list()
+        return [[int(i) for i in row] + [self.end_id] for row in pieces]
+
+    def detokenize(self, rows):
+        """Texts from rows of generated ids: each cut at its first end id,
+        padding and start ids dropped."""
+        kept = []
+        for row in rows:
+            row = [int(i) for i in row]
+            if self.end_id in row:
+                row = row[: row.index(self.end_id)]
+            kept.append([i for i in row if i not in (self.pad_id, self.start_id)])
+        if not kept:
+            return []  # keras-hub reads an empty batch as one empty sentence
+        texts = self.tokenizer.detokenize(kept)
+        if hasattr(texts, "numpy"):  # a tf.Tensor of bytes on TensorFlow
+            texts = texts.numpy().tolist()
+        return [t.decode("utf-8") if isinstance(t, bytes) else str(t) for t in texts]
+
+    def source_lengths(self, texts):
+        """Each text's length in tokens, end token included, before any cut:
+        what a server compares with ``source_max_length`` to refuse a
+        request. Counted with the ``sentencepiece`` package from the
+        tokenizer's model, whatever the engine's tokenizer runs on (no
+        TensorFlow op on a server's event loop)."""
+        counter = getattr(self, "_piece_counter", None)
+        if counter is None:
+            counter = SentencePiece(self.tokenizer.proto)
+            # Not an attribute a Keras model would track or save.
+            object.__setattr__(self, "_piece_counter", counter)
+        return [len(ids) + 1 for ids in counter.tokenize(check_texts(texts))]
+
+    # -- the shared search ----------------------------------------------------------
+
+    def output_limit(self, source_length, max_output_length=None):
+        """The most tokens generated for a source of ``source_length``
+        pieces (end token excluded): ``max_output_length``, else the
+        translator's fixed one, else ``source_length + extra_output_length``
+        (§6.1); never more than ``target_max_length``."""
+        if max_output_length is None:
+            max_output_length = self.max_output_length
+        if max_output_length is None:
+            max_output_length = source_length + self.extra_output_length
+        if self.target_max_length is not None:
+            max_output_length = min(max_output_length, self.target_max_length)
+        return max_output_length
+
+    def check_source_ids(self, source_ids):
+        """``source_ids`` as lists of int, or ``ValueError`` for a source with
+        padding, one longer than the model's ``max_length``, or an id
+        outside its vocabulary."""
+        sources = [[int(i) for i in row] for row in source_ids]
+        limit, vocabulary = self.source_max_length, self.source_vocabulary_size
+        for row in sources:
+            if limit is not None and len(row) > limit:
+                raise ValueError(
+                    f"A source has {len(row)} tokens, more than the model's "
+                    f"max_length={limit}."
+                )
+            if self.pad_id in row:
+                raise ValueError(f"Source ids must not contain padding ({self.pad_id}).")
+            if vocabulary is not None and any(not 0 <= i < vocabulary for i in row):
+                raise ValueError(
+                    f"Source ids must be in [0, {vocabulary}). Received: {row}"
+                )
+        return sources
+
+    def _decode(self, source_ids, search, top_n=None):
+        sources = self.check_source_ids(source_ids)
+        limits = [
+            self.output_limit(
+                len(row) - (1 if row and row[-1] == self.end_id else 0),
+                search.max_output_length,
+            )
+            for row in sources
+        ]
+        order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
+        progress = Progress(len(sources)) if search.verbose else None
+        outputs = self._search_sorted(
+            [sources[i] for i in order],
+            [limits[i] for i in order],
+            search,
+            top_n,
+            progress.update if progress is not None else _ignore,
+        )
+        results = [None] * len(sources)
+        for i, output in zip(order, outputs, strict=True):
+            results[i] = output
+        return results
+
+
+def _ignore(done):
+    pass
