@@ -628,20 +628,21 @@ def test_report_on_uniform_and_edge_numbers_names_the_wrong_ones(capsys):
     """The numbers task's extra report, with a stand-in translator that
     knows the answers except for zero and seventeen."""
     from keras_transformer.data import EDGE_NUMBERS, english, german
+    from keras_transformer.search.options import SearchOptions
 
     table = {english(n): german(n) for n in (*EDGE_NUMBERS, 5, 4_321, 98_765)}
     table.update({english(0): "neun", english(17): ""})
 
     class Lookup:
-        def translate(self, texts, **options):
-            assert options["beam_size"] == 3  # the configured search
+        def translate(self, texts, search=None, **options):
+            assert search.beam_size == 3  # the configured search
             return [table[text] for text in texts]
 
     uniform = (
         [english(n) for n in (5, 4_321, 98_765, 0)],
         [german(n) for n in (5, 4_321, 98_765, 0)],
     )
-    search = {"beam_size": 3, "length_penalty": 0.6}
+    search = SearchOptions(beam_size=3)
     results = tasks.uniform_and_edge_numbers(Lookup(), uniform, search)
     assert results == {
         "exact_match_uniform": 0.75,

@@ -2,8 +2,9 @@
 
 import keras
 
-from keras_transformer.translate.evaluation import load_translator
+from keras_transformer.search.options import SearchOptions
 from keras_transformer.trainer.parallel import log
+from keras_transformer.translate.evaluation import load_translator
 
 
 def report(config, task, data, folder, trained_seconds):
@@ -12,15 +13,16 @@ def report(config, task, data, folder, trained_seconds):
     finished once that is written. Returns the results."""
     translator = load_translator(folder.translator)  # keras.saving.load_model
     log(f"reloaded {folder.translator} with keras.saving.load_model")
-    search = {"beam_size": config.beam_size, "length_penalty": config.length_penalty}
+    search = SearchOptions(beam_size=config.beam_size, length_penalty=config.length_penalty)
     results = {
         "trained_seconds": round(trained_seconds, 1),
         "backend": keras.backend.backend(),
-        **search,
+        "beam_size": search.beam_size,
+        "length_penalty": search.length_penalty,
     }
     scores, examples = task.report(translator, data, search)
     results.update(scores)
-    translations = translator.translate(examples, **search)
+    translations = translator.translate(examples, search)
     for source, target in zip(examples, translations, strict=True):
         log(f"  {source}  ->  {target}")
     folder.finish(results)

@@ -16,6 +16,7 @@ import time
 import numpy as np
 
 from keras_transformer import data as ktd
+from keras_transformer.search.options import SearchOptions
 from keras_transformer.trainer.errors import ConfigError, UsageError
 from keras_transformer.trainer.parallel import log
 from keras_transformer.translate.evaluation import score
@@ -112,8 +113,8 @@ class NumbersTask:
         sources, _ = data["test"]
         results = {}
         runs = [("", search)]
-        if search["beam_size"] > 1:
-            runs.append(("_greedy", {"beam_size": 1}))
+        if search.beam_size > 1:
+            runs.append(("_greedy", SearchOptions.of(search, beam_size=1)))
         for name, options in runs:
             start = time.monotonic()
             results[f"exact_match{name}"] = exact_match(
@@ -122,7 +123,7 @@ class NumbersTask:
             results[f"decode_seconds{name}"] = round(time.monotonic() - start, 1)
             log(
                 f"exact match on the test split ({len(sources)} numbers), "
-                f"beam size {options['beam_size']}: "
+                f"beam size {options.beam_size}: "
                 f"{results[f'exact_match{name}']:.1%}"
             )
         results.update(split="test", sentences=len(sources))
@@ -191,7 +192,7 @@ class ParallelCorpusTask:
         """``(results, examples)``: BLEU and chrF on the validation split."""
         sources, references = data["validation"]
         start = time.monotonic()
-        hypotheses = translator.translate(sources, batch_size=128, verbose=1, **search)
+        hypotheses = translator.translate(sources, search, batch_size=128, verbose=1)
         results = {
             "split": "validation",
             "sentences": len(sources),
@@ -230,10 +231,11 @@ def make_task(config):
     return task_class(config)(config)
 
 
-def exact_match(translator, pairs, options):
-    """Share of ``pairs``' sources that ``translator`` translates exactly."""
+def exact_match(translator, pairs, search):
+    """Share of ``pairs``' sources that ``translator`` translates exactly
+    with ``search`` (a ``SearchOptions``)."""
     sources, references = pairs
-    hypotheses = translator.translate(sources, batch_size=256, verbose=1, **options)
+    hypotheses = translator.translate(sources, search, batch_size=256, verbose=1)
     return float(np.mean([h == r for h, r in zip(hypotheses, references, strict=True)]))
 
 
@@ -248,11 +250,11 @@ def uniform_and_edge_numbers(translator, uniform, search):
         )
         log(
             f"exact match on {len(uniform[0])} numbers drawn uniformly from "
-            f"0-{ktd.LIMIT - 1:,}, beam size {search['beam_size']}: "
+            f"0-{ktd.LIMIT - 1:,}, beam size {search.beam_size}: "
             f"{results['exact_match_uniform']:.1%}"
         )
     edges = list(ktd.EDGE_NUMBERS)
-    outputs = translator.translate([ktd.english(n) for n in edges], **search)
+    outputs = translator.translate([ktd.english(n) for n in edges], search)
     wrong = {
         n: out for n, out in zip(edges, outputs, strict=True) if out != ktd.german(n)
     }
