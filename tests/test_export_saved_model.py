@@ -341,3 +341,25 @@ def test_a_fixed_output_limit(translator, tmp_path):
     assert in_process(path, texts) == want
     # The limit cut some translations (12 tokens, no END).
     assert any(len(row) == 12 and row[-1] != END_ID for row in ids)
+
+
+@pytest.mark.once("tensorflow")
+def test_translator_export_is_keras_export_of_the_logits(translator, tmp_path):
+    """``Translator.export`` keeps ``keras.Model.export``'s meaning: the
+    model's call (the logits) as a SavedModel endpoint ``serve``."""
+    import tensorflow as tf
+
+    inputs = {
+        "encoder_inputs": np.array([[5, 6, 7, END_ID]], "int32"),
+        "decoder_inputs": np.array([[1, 8, 9]], "int32"),
+    }
+    translator.export(tmp_path / "logits", verbose=False)
+    loaded = tf.saved_model.load(str(tmp_path / "logits"))
+    served = loaded.serve(inputs)
+    np.testing.assert_allclose(
+        np.asarray(served), keras.ops.convert_to_numpy(translator(inputs)), atol=1e-5
+    )
+    # The search's options belong to export_saved_model, which the error names.
+    with pytest.raises(TypeError, match="export_saved_model"):
+        translator.export(tmp_path / "model", beam_size=4)
+    assert not (tmp_path / "model").exists()

@@ -136,15 +136,15 @@ def export_saved_model(
     from keras_transformer.search.options import SearchOptions
 
     search = SearchOptions.of(search, **options)
-    # The batch size is fixed in the graph: the translator's default unless given.
-    search = SearchOptions.of(
-        search, batch_size=search.batch_size_or(translator.default_batch_size)
-    )
     # A truthy string such as "no" must not replace a directory.
     for name, value in (("overwrite", overwrite), ("jit_compile", jit_compile)):
         if not isinstance(value, bool):
             raise TypeError(f"{name} must be a bool. Received: {name}={value!r}")
     check_translator(translator)
+    # The batch size is fixed in the graph: the translator's default unless given.
+    search = SearchOptions.of(
+        search, batch_size=search.batch_size_or(translator.default_batch_size)
+    )
     path = os.path.abspath(os.fspath(path))
     _check_target(path, overwrite)
 

@@ -168,8 +168,10 @@ class Translator(TranslatorBase, keras.Model):
         path)`` or ``kt-export --format saved_model``; a call with its
         search options is refused with a message that names it.
         """
+        # export_saved_model's arguments; verbose is Keras' too.
         theirs = {field.name for field in dataclasses.fields(SearchOptions)}
-        refused = sorted(set(kwargs) & (theirs | {"search", "overwrite"}))
+        theirs = (theirs - {"verbose"}) | {"search", "overwrite", "jit_compile"}
+        refused = sorted(set(kwargs) & theirs)
         if refused:
             raise TypeError(
                 "Translator.export is keras.Model.export (the logits). For the "
@@ -178,7 +180,9 @@ class Translator(TranslatorBase, keras.Model):
                 "translator, path, ...) or kt-export --format saved_model. "
                 f"Received: {refused}"
             )
-        return super().export(filepath, format=format, **kwargs)
+        # The translator's call is the transformer's, whose functional
+        # inputs give Keras the signature a never-called subclass lacks.
+        return self.transformer.export(filepath, format=format, **kwargs)
 
     # -- decoding ------------------------------------------------------------
 
