@@ -179,8 +179,6 @@ def _encode_sources(tokenizer, texts, max_length, ids, fixed_limit):
     their lengths and their output limits, in the graph."""
     import tensorflow as tf
 
-    from keras_transformer.translate.keras_translator import EXTRA_OUTPUT_LENGTH
-
     pieces = tokenizer.tokenize(texts)
     # Translator.encode_sources: at most max_length - 1 tokens, then END.
     pieces = pieces[:, : max_length - 1]
