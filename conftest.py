@@ -39,6 +39,8 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
+pytest_plugins = ["tests.cpu_report"]
+
 BACKEND = keras.backend.backend()
 ONCE_DEFAULT = "torch"
 

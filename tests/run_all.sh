@@ -39,6 +39,8 @@
 #   XLA_FLAGS          default --xla_force_host_platform_device_count=4 (4
 #                      virtual CPU devices for JAX) and XLA's cheapest code
 #                      generation, only if not already set
+#   KT_CPU_REPORT=path each test's CPU time, sorted, to path.BACKEND (path.BACKEND.gwN
+#                      for TensorFlow's workers): see tests/cpu_report.py
 #   KT_TF_GRAPPLER=1   keep TensorFlow's graph optimizer on in every test
 #                      (default 0: off but in the end-to-end and fault tests)
 set -euo pipefail
@@ -240,7 +242,12 @@ run_backend() {
         threads=(OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}")
     fi
     # --durations: the slowest tests, to see where the suite's time goes.
-    env "${threads[@]}" COVERAGE_FILE="$repo_root/.coverage.$backend" \
+    # KT_CPU_REPORT=path: each test's CPU time, to path.BACKEND (tests/cpu_report.py).
+    local -a report=()
+    if [[ -n "${KT_CPU_REPORT:-}" ]]; then
+        report=(KT_CPU_REPORT="$KT_CPU_REPORT.$backend")
+    fi
+    env "${threads[@]}" "${report[@]}" COVERAGE_FILE="$repo_root/.coverage.$backend" \
         KERAS_BACKEND="$backend" \
         "$py" -m pytest --durations=15 "${workers[@]}" "${cov[@]}" \
         "${pytest_args[@]}" || rc=$?
@@ -249,6 +256,21 @@ run_backend() {
     children_cpu
     echo "$((cpu_seconds - cpu_start))" >"$logs/$backend.cpu"
 }
+
+# The frameworks' modules compiled to bytecode once, by one process, before
+# the runs start: the venv holds no .pyc files (uv does not compile them), and
+# the backends' runs and TensorFlow's workers, all starting at once, would
+# each compile the same modules from source (TensorFlow's import took 12.7 s
+# of CPU without its .pyc files and 5.2 s with them; JAX's 7.1 and 2.9 s,
+# PyTorch's 14.6 and 5.8 s).
+warm_start=$SECONDS
+children_cpu
+warm_cpu=$cpu_seconds
+KERAS_BACKEND=torch "$py" -c "import tensorflow, jax, torch, keras_transformer" \
+    >/dev/null 2>&1 || echo "(compiling the frameworks' modules failed; the runs will)"
+children_cpu
+echo "==> the frameworks' modules compiled in $(fmt_duration $((SECONDS - warm_start)))" \
+    "(CPU $(fmt_duration $((cpu_seconds - warm_cpu))))"
 
 tests_start=$SECONDS
 if [[ "$PARALLEL" == "1" ]]; then
