@@ -343,6 +343,7 @@ def test_a_fixed_output_limit(translator, tmp_path):
     assert any(len(row) == 12 and row[-1] != END_ID for row in ids)
 
 
+@pytest.mark.backends("tensorflow")  # Keras' export's own route; ours for each
 @pytest.mark.once("tensorflow")
 def test_translator_export_is_keras_export_of_the_logits(translator, tmp_path):
     """``Translator.export`` keeps ``keras.Model.export``'s meaning: the

@@ -175,6 +175,7 @@ def _beam_start(rows, k, max_length, limits, ids):
     )
 
 
+# beam_search's ops without its host-side checks: what graphs trace.
 def beam_loop(
     model,
     source_ids,
@@ -186,7 +187,6 @@ def beam_loop(
     alpha,
     top_n=None,
 ):
-    """``beam_search``'s ops without its host-side checks (what graphs trace)."""
     rows = ops.shape(source_ids)[0]
     k = beam_size
     top_n = k if top_n is None else top_n
