@@ -202,7 +202,9 @@ def package_imports():
                 found |= submodules or {node.module}
                 if len(submodules) < len(node.names):
                     found.add(node.module)
-        graph[_module_name(path)] = {m for m in found if m.startswith("keras_transformer.")}
+        graph[_module_name(path)] = {
+            m for m in found if m.startswith("keras_transformer.")
+        }
     return graph
 
 
@@ -264,7 +266,9 @@ def test_no_private_name_imported_across_packages():
                         and node.module.startswith("keras_transformer.")
                         and _subsystem(node.module) != _subsystem(module)
                     ):
-                        found.append(f"{module}: from {node.module} import {alias.name}")
+                        found.append(
+                            f"{module}: from {node.module} import {alias.name}"
+                        )
         for node in ast.walk(ast.parse(path.read_text())):
             if (
                 isinstance(node, ast.Attribute)
@@ -272,7 +276,8 @@ def test_no_private_name_imported_across_packages():
                 and node.attr.startswith("_")
                 and not node.attr.startswith("__")
                 and node.value.id in modules
-                and _subsystem(modules[node.value.id]) not in (_subsystem(module), "_guards")
+                and _subsystem(modules[node.value.id])
+                not in (_subsystem(module), "_guards")
             ):
                 found.append(f"{module}: {modules[node.value.id]}.{node.attr}")
     assert not found

@@ -26,10 +26,13 @@ def test_every_new_path_exists_and_no_old_file_is_left():
     for old, new in _moved.MOVED.items():
         assert importlib.util.find_spec(new) is not None, new
         # An old file left beside the new one would shadow the alias.
-        assert importlib.machinery.PathFinder.find_spec(
-            old.rpartition(".")[2],
-            importlib.import_module(old.rpartition(".")[0]).__path__,
-        ) is None, old
+        assert (
+            importlib.machinery.PathFinder.find_spec(
+                old.rpartition(".")[2],
+                importlib.import_module(old.rpartition(".")[0]).__path__,
+            )
+            is None
+        ), old
 
 
 def test_old_from_imports_give_the_same_objects():

@@ -17,10 +17,10 @@ import keras
 import pytest
 
 import keras_transformer as kt
-from keras_transformer.search import decoding, options
-from keras_transformer.translate import evaluation
 from keras_transformer.cli import attention, evaluate, translate
 from keras_transformer.data import tokenizer as tk
+from keras_transformer.search import options
+from keras_transformer.translate import evaluation
 from tests.test_evaluate import SENTENCES
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

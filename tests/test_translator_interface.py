@@ -65,7 +65,10 @@ class CopyEngine(TranslatorBase):
         for source, limit in zip(sources, limits, strict=True):
             body = source[:-1][: limit - 1] + [self.end_id]
             results.append(
-                [(body[: len(body) - k] or body, -float(k)) for k in range(search.beam_size)]
+                [
+                    (body[: len(body) - k] or body, -float(k))
+                    for k in range(search.beam_size)
+                ]
             )
             report(len(results))
         return results
@@ -153,7 +156,9 @@ def test_long_and_unknown_sources_warn(engine):
 
 def test_source_lengths_count_what_encode_sources_encodes(engine):
     texts = TEXTS + [""]
-    assert engine.source_lengths(texts) == [len(r) for r in engine.encode_sources(texts)]
+    assert engine.source_lengths(texts) == [
+        len(r) for r in engine.encode_sources(texts)
+    ]
 
 
 def test_search_options_are_one_value(engine):

@@ -41,8 +41,8 @@ import os
 
 import keras
 
-from keras_transformer.distribute import cluster
 from keras_transformer.atomic import variable_bytes
+from keras_transformer.distribute import cluster
 
 
 class DataParallelSetup:

@@ -481,6 +481,8 @@ def _policy_name(policy):
     if isinstance(policy, dict):
         return policy.get("config", {}).get("name")
     return policy if isinstance(policy, str) else None
+
+
 def _arrays(spec):
     arrays = []
 

@@ -75,10 +75,13 @@ import sys
 import tempfile
 import uuid
 
-from keras_transformer.export.saved_model_graph import write_graph
-
 # The signature's names, for callers: translate(texts=...)["translations"].
-from keras_transformer.export.saved_model_graph import INPUT, OUTPUT, SIGNATURE
+from keras_transformer.export.saved_model_graph import (
+    INPUT,
+    OUTPUT,
+    SIGNATURE,
+    write_graph,
+)
 
 __all__ = ["INPUT", "OUTPUT", "SIGNATURE", "check_translator", "export_saved_model"]
 

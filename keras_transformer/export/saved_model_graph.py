@@ -85,8 +85,8 @@ def write_graph(translator, directory, search, jit_compile=True):
     import tensorflow as tf
     import tensorflow_text as tf_text
 
-    from keras_transformer.search import decoding
     from keras_transformer.data.tokenizer import special_ids
+    from keras_transformer.search import decoding
 
     transformer = _float32_transformer(translator.transformer)
     ids = decoding.check_special_ids(**special_ids(translator.tokenizer))

@@ -13,13 +13,13 @@ import keras
 from keras import ops
 
 from keras_transformer._guards.guarded_model import GuardedModel
-from keras_transformer.model.config import TransformerConfig, transformer_config
 from keras_transformer.layers import masks
 from keras_transformer.layers.attention import call_sublayer
 from keras_transformer.layers.blocks import DecoderBlock, EncoderBlock
 from keras_transformer.layers.dropout import Dropout
 from keras_transformer.layers.embedding import TokenEmbedding
 from keras_transformer.layers.position import SinusoidalEncoding
+from keras_transformer.model.config import TransformerConfig, transformer_config
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -222,7 +222,9 @@ class Transformer(GuardedModel):
         """``self_cache`` made ``max_length`` positions wide, entries kept."""
 
         def grow(entry):  # (B, num_heads, T, d_k): zeros after position T
-            return ops.pad(entry, [[0, 0], [0, 0], [0, max_length - entry.shape[2]], [0, 0]])
+            return ops.pad(
+                entry, [[0, 0], [0, 0], [0, max_length - entry.shape[2]], [0, 0]]
+            )
 
         return keras.tree.map_structure(grow, self_cache)
 

@@ -340,7 +340,9 @@ def check_special_ids(start_id, end_id, pad_id):
             continue
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
             raise TypeError(f"{name} must be an int. Received: {name}={value!r}")
-    return SpecialIds(int(start_id), None if end_id is None else int(end_id), int(pad_id))
+    return SpecialIds(
+        int(start_id), None if end_id is None else int(end_id), int(pad_id)
+    )
 
 
 def greedy_search(

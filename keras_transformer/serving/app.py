@@ -19,9 +19,9 @@ from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from keras_transformer.search.options import SearchOptions
 from keras_transformer.serving.batcher import Batcher, QueueFull, SearchFailed
 from keras_transformer.serving.metrics import Metrics
-from keras_transformer.search.options import SearchOptions
 from keras_transformer.serving.requests import Limits, RequestError, parse_translate
 
 # Seconds a client is asked to wait before it retries a 503.
@@ -234,9 +234,7 @@ class Service:
         except RequestError as error:
             self.metrics.errors.labels("bad_request").inc()
             return _error(error.status, error.message)
-        job = asyncio.ensure_future(
-            self.batcher.submit(parsed.texts, parsed.search)
-        )
+        job = asyncio.ensure_future(self.batcher.submit(parsed.texts, parsed.search))
         gone = asyncio.ensure_future(_disconnect(request.receive))
         await asyncio.wait({job, gone}, return_when=asyncio.FIRST_COMPLETED)
         gone.cancel()

@@ -13,7 +13,9 @@ def report(config, task, data, folder, trained_seconds):
     finished once that is written. Returns the results."""
     translator = load_translator(folder.translator)  # keras.saving.load_model
     log(f"reloaded {folder.translator} with keras.saving.load_model")
-    search = SearchOptions(beam_size=config.beam_size, length_penalty=config.length_penalty)
+    search = SearchOptions(
+        beam_size=config.beam_size, length_penalty=config.length_penalty
+    )
     results = {
         "trained_seconds": round(trained_seconds, 1),
         "backend": keras.backend.backend(),

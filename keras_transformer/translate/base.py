@@ -333,7 +333,9 @@ class TranslatorBase:
                     f"max_length={limit}."
                 )
             if self.pad_id in row:
-                raise ValueError(f"Source ids must not contain padding ({self.pad_id}).")
+                raise ValueError(
+                    f"Source ids must not contain padding ({self.pad_id})."
+                )
             if vocabulary is not None and any(not 0 <= i < vocabulary for i in row):
                 raise ValueError(
                     f"Source ids must be in [0, {vocabulary}). Received: {row}"
