@@ -81,7 +81,7 @@ def native(fast, texts, beam_size, alpha, batch_size=None):
     for start in range(0, len(order), batch_size):
         chunk = order[start : start + batch_size]
         limit = max(
-            fast._output_limit(len(sources[i]) - 1, fast.max_output_length)
+            fast.output_limit(len(sources[i]) - 1, fast.max_output_length)
             for i in chunk
         )
         pending.append(

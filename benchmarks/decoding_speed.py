@@ -10,7 +10,9 @@ steps), the vocabulary of the built-in task (200). Each search is run once to
 compile, then ``--repeats`` times; the median time is reported, with target
 tokens per second (32 x 64 tokens for every search, beam search counting the
 best hypothesis' tokens only). For scale, greedy search on 4 x 32 rows (as
-many decoder rows as beam search with 4 beams) is timed too.
+many decoder rows as beam search with 4 beams) is timed too. ``--batch``,
+``--source-length`` and ``--steps`` change the setting (its tests run it
+small).
 """
 
 import argparse
@@ -113,21 +115,33 @@ def main(argv=None):
     )
     parser.add_argument("--all-backends", action="store_true")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--source-length", type=int, default=16)
+    parser.add_argument("--steps", type=int, default=64, help="tokens generated")
     parser.add_argument("--json", help="also write the results here")
     args = parser.parse_args(argv)
     prepare_process()
+    setting = ["--repeats", str(args.repeats), "--batch", str(args.batch)]
+    setting += ["--source-length", str(args.source_length), "--steps", str(args.steps)]
     if args.all_backends:
         runs = []
         for backend in BACKENDS:
             env = child_env(KERAS_BACKEND=backend)
-            command = python_module("benchmarks.decoding_speed")
-            command += ["--repeats", str(args.repeats), "--json", "-"]
+            command = python_module("benchmarks.decoding_speed", *setting)
+            command += ["--json", "-"]
             done = subprocess.run(
                 command, env=env, capture_output=True, text=True, check=True
             )
             runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
     else:
-        runs = [measure(repeats=args.repeats)]
+        runs = [
+            measure(
+                batch=args.batch,
+                source_length=args.source_length,
+                steps=args.steps,
+                repeats=args.repeats,
+            )
+        ]
     if args.json == "-":
         print(json.dumps(runs[0]))
         return runs

@@ -583,29 +583,3 @@ def test_time_call_times_a_first_call_then_the_median_of_the_repeats(monkeypatch
     monkeypatch.setattr(timing.time, "perf_counter", lambda: clock[0])
     assert timing.time_call(fn, repeats=3) == (10.0, 2.0)
     assert len(calls) == 4
-
-
-@pytest.mark.once
-def test_decoding_benchmark_measures_and_tabulates():
-    """``benchmarks.decoding_speed`` on a tiny setting: every search timed,
-    the ratios computed from those times, one table row."""
-    from benchmarks import decoding_speed as benchmark_decoding
-
-    run = benchmark_decoding.measure(batch=2, source_length=4, steps=3, repeats=1)
-    searches = run["searches"]
-    assert set(searches) == {
-        "greedy, uncached",
-        "greedy, cached",
-        "beam 4, cached",
-        "greedy x4 rows, cached",
-    }
-    for result in searches.values():
-        assert result["tokens_per_second"] == pytest.approx(
-            2 * 3 / result["seconds"], rel=0.1
-        )
-    greedy = searches["greedy, cached"]["seconds"]
-    assert run["cache_speedup"] == pytest.approx(
-        searches["greedy, uncached"]["seconds"] / greedy, abs=0.01
-    )
-    rows = benchmark_decoding.table([run]).splitlines()
-    assert len(rows) == 3 and rows[2].startswith(f"| {run['backend']} |")
