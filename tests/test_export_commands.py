@@ -1,19 +1,38 @@
-"""kt-export, and kt-translate / kt-evaluate / kt-attention given an export.
+"""kt-export, and kt-translate / kt-evaluate / kt-attention / kt-serve given
+an export.
 
 The commands are run through their ``main`` on the trained number-task
 translator of 0.2.0; what they print and write is checked against the
 ``Translator`` the export came from. Marked ``once``: the commands' own
 Python, the same on every backend (the exports' parity per backend is in
 test_export_ctranslate2.py and test_export_saved_model.py).
+
+Given an export, the installed ``kt-translate`` and ``kt-serve`` import
+neither Keras, nor a backend, nor TensorFlow (the modules a process imported
+are written when it exits, by a ``sitecustomize``), and ``kt-translate``'s
+peak memory stays within 10 % of CTranslate2's alone on the same export and
+sentences (``benchmarks/command_memory.py``).
 """
 
 import gzip
 import json
+import os
+import re
+import subprocess
 
 import pytest
 
+from benchmarks import command_memory
 from keras_transformer.cli import attention, evaluate, export, translate
 from keras_transformer.data.numbers import english, german
+from tests.installed_commands import (
+    Server,
+    command,
+    environment,
+    heavy,
+    imported,
+    sitecustomize,
+)
 from tests.test_export_ctranslate2 import FIXTURE, load
 
 pytestmark = pytest.mark.once
@@ -129,3 +148,55 @@ def test_kt_export_refuses_what_it_cannot_do(folder, tmp_path, capsys):
         from keras_transformer.translate.evaluation import load_translator
 
         load_translator(tmp_path)
+
+
+# -- the installed commands: no Keras, the memory of CTranslate2 alone -------------
+
+PROGRESS = re.compile(r"\d+/\d+ sentences, .*")
+
+
+def user_environment():
+    """The environment of a user who set no log level (the suite sets one)."""
+    return environment(os.environ.get("KERAS_BACKEND"), log_level=None)
+
+
+def test_kt_translate_on_an_export_imports_no_keras(numbers, folder, tmp_path):
+    report = tmp_path / "modules.json"
+    env = sitecustomize(tmp_path / "site", user_environment(), report=report)
+    sentences = [english(n) for n in NUMBERS]
+    done = subprocess.run(
+        [*command("kt-translate"), "--model", str(folder), *sentences],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.splitlines() == numbers.translate(sentences)
+    lines = done.stderr.splitlines()
+    assert [line for line in lines if not PROGRESS.fullmatch(line)] == []
+    modules = imported(report)
+    assert "ctranslate2" in modules and "keras_transformer.cli.translate" in modules
+    assert heavy(modules) == []
+
+
+def test_kt_serve_on_an_export_imports_no_keras(folder, tmp_path):
+    report = tmp_path / "modules.json"
+    env = sitecustomize(tmp_path / "site", user_environment(), report=report)
+    server = Server(["--model", str(folder)], env=env)
+    try:
+        assert server.url, (server.ready_line, "".join(server.stderr)[-3000:])
+        texts = [english(n) for n in NUMBERS]
+        status, body = server.post("/translate", {"texts": texts})
+        assert status == 200 and len(body["translations"]) == len(texts), body
+    finally:
+        exit_status = server.stop()
+    assert exit_status == 0, "".join(server.stderr)[-3000:]
+    modules = imported(report)
+    assert "ctranslate2" in modules and "uvicorn" in modules
+    assert heavy(modules) == []
+
+
+def test_kt_translate_on_an_export_takes_the_memory_of_ctranslate2_alone(folder):
+    result = command_memory.measure(folder, command_memory.SENTENCES, repeats=1)
+    assert result["ratio"] <= command_memory.LIMIT, command_memory.report(result)

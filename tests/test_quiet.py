@@ -1,19 +1,30 @@
-"""No TensorFlow where it is not needed.
+"""No TensorFlow where it is not needed, and none of its lines.
 
 On JAX and PyTorch, importing the package, building a model, ``fit``,
 ``predict`` and both searches load no TensorFlow (Keras' serializer imports
 it just to ask whether it is installed; the layers avoid that path). Each
 backend runs in a fresh process, since this one has loaded TensorFlow long
 ago.
+
+``kt-translate`` and ``kt-serve`` (until ready, and as they stop) print none
+of TensorFlow's, XLA's, CUDA's or absl's start-up lines, on each backend and
+on Keras' default one (``KERAS_BACKEND`` unset), whether the user left
+``TF_CPP_MIN_LOG_LEVEL`` unset or set it to 0 (everything): their stderr
+holds only their own lines. The installed console scripts run, since the
+package decides what to import from the command's name.
 """
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
+import keras
 import pytest
+
+from tests.installed_commands import Server, command, environment
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -65,3 +76,83 @@ def test_no_tensorflow_on_jax_and_torch(backend):
     loaded = json.loads(done.stdout.strip().splitlines()[-1])
     assert loaded == dict.fromkeys(loaded, False), loaded
     assert list(loaded) == ["import", "build_model", "fit", "predict", "searches"]
+
+
+# -- the commands' stderr --------------------------------------------------------
+
+# The subprocess's backend: this run's (each backend's run of the suite takes
+# its own), and Keras' default once.
+COMMAND_BACKENDS = [
+    pytest.param(name, marks=pytest.mark.backends(name))
+    for name in ("tensorflow", "jax", "torch")
+] + [pytest.param(None, marks=pytest.mark.once, id="unset")]
+LOG_LEVELS = [pytest.param(None, id="level-unset"), pytest.param("0", id="level-0")]
+# What the commands themselves write to stderr: kt-translate's progress,
+# uvicorn's lines about the server.
+PROGRESS = re.compile(r"\d+/\d+ sentences, .*")
+UVICORN = re.compile(r"INFO: .*")
+
+
+@pytest.fixture(scope="module")
+def small_model(tmp_path_factory):
+    """An untrained translator with max_length 16: few widths to compile,
+    so that a server is soon ready."""
+    from keras_transformer import Translator, build_model
+    from keras_transformer.data import tokenizer as tk
+
+    keras.utils.set_random_seed(0)
+    words = ["seven", "forty-two", "one hundred", "sieben", "zweiundvierzig"]
+    tokenizer = tk.make_tokenizer(tk.train_tokenizer(words * 20, 40))
+    model = build_model(
+        "tiny",
+        src_vocab_size=tokenizer.vocabulary_size(),
+        num_layers=1,
+        d_model=16,
+        num_heads=2,
+        d_ff=32,
+        max_length=16,
+    )
+    path = tmp_path_factory.mktemp("small") / "translator.keras"
+    Translator(tokenizer, model).save(path)
+    return str(path)
+
+
+def foreign_lines(stderr, own):
+    return [line for line in stderr.splitlines() if line and not own.fullmatch(line)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("log_level", LOG_LEVELS)
+@pytest.mark.parametrize("backend", COMMAND_BACKENDS)
+def test_kt_translate_prints_no_framework_lines(small_model, backend, log_level):
+    done = subprocess.run(
+        [*command("kt-translate"), "--model", small_model, "seven", "sieben"],
+        env=environment(backend, log_level),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert len(done.stdout.splitlines()) == 2, done.stdout
+    assert foreign_lines(done.stderr, PROGRESS) == []
+    assert PROGRESS.fullmatch(done.stderr.splitlines()[-1])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("log_level", LOG_LEVELS)
+@pytest.mark.parametrize("backend", COMMAND_BACKENDS)
+def test_kt_serve_prints_no_framework_lines(small_model, backend, log_level):
+    server = Server(
+        ["--model", small_model, "--search-batch-size", "1"],
+        env=environment(backend, log_level),
+    )
+    try:
+        assert server.url, (server.ready_line, "".join(server.stderr)[-3000:])
+        status, body = server.post("/translate", {"texts": ["seven"]})
+        assert status == 200 and len(body["translations"]) == 1, body
+    finally:
+        exit_status = server.stop()
+    stderr = "".join(server.stderr)
+    assert exit_status == 0, stderr[-3000:]
+    assert foreign_lines(stderr, UVICORN) == []

@@ -1,6 +1,7 @@
 """Argument types and options shared by the commands."""
 
 import argparse
+import os
 
 
 def positive_int(text):
@@ -35,6 +36,18 @@ def add_model_argument(parser):
     )
 
 
+def model_engine(path):
+    """What will translate the ``--model`` at ``path``: ``"ctranslate2"`` for
+    a directory (the commands take no directory but an export's), else
+    ``"keras"``.
+
+    Read from the path alone, importing nothing: a command given an export
+    then never loads Keras, a backend or TensorFlow, and a command given a
+    ``.keras`` file starts them quietly before the model loads.
+    """
+    return "ctranslate2" if os.path.isdir(path) else "keras"
+
+
 def add_search_arguments(parser):
     """--beam-size and --length-penalty, with the paper's defaults (§6.1)."""
     parser.add_argument(
@@ -62,7 +75,10 @@ def search_options(args):
     }
 
 
-VERBOSE_HELP = "show TensorFlow's, CUDA's and absl's start-up logs (hidden by default)"
+VERBOSE_HELP = (
+    "show TensorFlow's, CUDA's and absl's logs at your TF_CPP_MIN_LOG_LEVEL "
+    "(hidden by default, whatever it says)"
+)
 
 
 def add_verbose_argument(parser):

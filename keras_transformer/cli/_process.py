@@ -1,7 +1,9 @@
 """What a command sets for its whole process, first thing in its ``main``.
 
-Nothing here runs on import: a program that imports the library keeps its
-logging and its C library's allocator as they were.
+Nothing here runs on import, and nothing heavy is imported here: a command
+given a CTranslate2 export must not load Keras, a backend or TensorFlow. A
+program that imports the library keeps its logging and its C library's
+allocator as they were.
 """
 
 import contextlib
@@ -10,32 +12,63 @@ import os
 import sys
 import warnings
 
-from keras_transformer.trainer.allocator import keep_freed_memory
-from keras_transformer.data.corpus import CorpusWarning
+from keras_transformer.cli._extras import require
+
+# TensorFlow's and XLA's C++ log level (JAX's XLA reads it too) without
+# --verbose: fatal errors only.
+QUIET_LOG_LEVEL = "3"
 
 
-def prepare_process(verbose=False):
+def prepare_process(verbose=False, keras=True):
     """A command's process-wide settings, made before any framework starts.
 
-    Without ``verbose``, TensorFlow's C++ start-up lines (a oneDNN notice, a
-    missing CUDA driver on a machine without a GPU) are hidden: they obey
-    ``TF_CPP_MIN_LOG_LEVEL`` only if it is set before TensorFlow loads, which
-    on JAX and PyTorch happens later, with the tokenizer (a level the user
-    set wins). Freed memory is kept in the process (``allocator``): a
-    training step on the CPU then stops page-faulting its big arrays in again.
-    Warnings about the user's files print as one line.
+    Without ``verbose``, TensorFlow's and XLA's C++ lines (a oneDNN notice, a
+    missing CUDA driver on a machine without a GPU, the XLA devices) are
+    hidden: ``TF_CPP_MIN_LOG_LEVEL`` is set to 3 whatever it was, since a
+    level the user set for other programs would let some through (at 2, a
+    failed ``cuInit`` at the first compiled search; at 0, JAX's devices).
+    ``verbose`` leaves it as the user has it. Warnings about the user's
+    files print as one line.
+
+    With ``keras`` (the command will run Keras), freed memory is kept in
+    the process (``trainer.allocator``): a training step on the CPU then
+    stops page-faulting its big arrays in again. A command that runs no
+    Keras (``keras=False``: a CTranslate2 export) imports nothing more and
+    leaves the allocator as it is.
     """
     if not verbose:
-        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    keep_freed_memory()
+        os.environ["TF_CPP_MIN_LOG_LEVEL"] = QUIET_LOG_LEVEL
     if not getattr(warnings.formatwarning, "one_line", False):
         warnings.formatwarning = _one_line(warnings.formatwarning)
+    if keras:
+        # Importing the allocator may import Keras (its package's other
+        # modules), and with it TensorFlow, whose start-up lines ignore the
+        # log level.
+        with _quiet_native_stderr(verbose):
+            from keras_transformer.trainer.allocator import keep_freed_memory
+        keep_freed_memory()
+
+
+def start_engine(engine, verbose=False):
+    """Import what ``engine`` translates with (``_arguments.model_engine``),
+    before the model loads: a missing package raises
+    ``_extras.MissingPackage`` at once, and TensorFlow, which keras-hub's
+    tokenizer brings on every backend, starts with its lines hidden.
+    """
+    if engine == "keras":
+        start_tensorflow(verbose)
+        with _quiet_native_stderr(verbose):
+            require("keras")
+    else:
+        require(engine)
 
 
 def _one_line(default):
     """Warnings about the user's files as one line each, like the errors."""
 
     def format_warning(message, category, filename, lineno, line=None):
+        from keras_transformer.data.corpus import CorpusWarning
+
         if issubclass(category, CorpusWarning):
             return f"warning: {message}\n"
         return default(message, category, filename, lineno, line)
@@ -55,19 +88,26 @@ def _stderr_to_devnull():
         os.dup2(devnull, 2)
         yield
     finally:
+        sys.stderr.flush()
         os.dup2(saved, 2)
         os.close(saved)
         os.close(devnull)
 
 
+def _quiet_native_stderr(verbose):
+    """``_stderr_to_devnull`` unless ``verbose``."""
+    return contextlib.nullcontext() if verbose else _stderr_to_devnull()
+
+
 def start_tensorflow(verbose=False):
     """Import TensorFlow and start its devices, silently unless ``verbose``.
 
-    XLA's and CUDA's start-up lines go through absl, which ignores
-    ``TF_CPP_MIN_LOG_LEVEL``; the commands call this before their first use
-    of the tokenizer, so that TensorFlow starts with stderr pointed away. A
-    failure still raises its Python exception. Nothing happens without
-    TensorFlow installed.
+    Its start-up lines before absl's logging is set up (the CUDA stubs, the
+    CPU instructions, "All log messages before absl::InitializeLog()") go to
+    stderr whatever ``TF_CPP_MIN_LOG_LEVEL`` says; the commands call this
+    before their first use of the tokenizer, so that TensorFlow starts with
+    stderr pointed away. A failure still raises its Python exception.
+    Nothing happens without TensorFlow installed.
     """
     if verbose or importlib.util.find_spec("tensorflow") is None:
         return

@@ -9,18 +9,20 @@ Without ``--target`` the decoder is fed the model's own greedy translation.
 ``encoder_self`` or ``decoder_self``; ``--layer`` and ``--head`` are Python
 indices (``--layer -1``: the last layer); without ``--head`` the heads are
 averaged. The PNG is written atomically and its path printed. A missing or
-damaged model, or a target too long for the model, stops the run with exit
-status 2 and a one-line message.
+damaged model, a target too long for the model, or a missing optional
+package (matplotlib: the plot extra), stops the run with exit status 2 and
+a one-line message.
 """
 
 import argparse
 import io
 import os
 
-from keras_transformer.translate.attention_maps import attention_maps
+from keras_transformer.cli._arguments import add_verbose_argument, model_engine
+from keras_transformer.cli._extras import exit_if_missing, require
+from keras_transformer.cli._process import prepare_process, start_engine
 from keras_transformer.trainer.checkpoints import write_atomic
-from keras_transformer.cli._arguments import add_verbose_argument
-from keras_transformer.cli._process import prepare_process, start_tensorflow
+from keras_transformer.translate.attention_maps import attention_maps
 from keras_transformer.translate.evaluation import ModelFileError, load_translator
 from keras_transformer.translate.plotting import KINDS, plot_attention_maps
 
@@ -54,8 +56,6 @@ def main(argv=None):
     parser.add_argument("--out", required=True, help="the PNG file to write")
     parser.add_argument("source", help="one source sentence")
     args = parser.parse_args(argv)
-    prepare_process(args.verbose)
-    start_tensorflow(args.verbose)  # quietly, before the tokenizer needs it
 
     def fail(message):
         parser.exit(2, f"{parser.prog}: error: {message}\n")
@@ -64,12 +64,17 @@ def main(argv=None):
         fail("--dpi must be >= 1")
     if os.path.isdir(args.out):
         fail(f"{args.out}: is a directory, not an output file")
-    try:
-        translator = load_translator(args.model)
-    except (OSError, TypeError, ModelFileError) as error:
-        fail(str(error))
-    if not hasattr(translator, "transformer"):
+    if model_engine(args.model) != "keras":
         fail(f"{args.model}: an export has no attention weights; give the .keras file")
+    with exit_if_missing(parser.prog, "plot"):
+        require("plot")  # before the slow part
+    with exit_if_missing(parser.prog, "keras"):
+        prepare_process(args.verbose)
+        start_engine("keras", args.verbose)  # quietly, before the model loads
+        try:
+            translator = load_translator(args.model)
+        except (OSError, TypeError, ModelFileError) as error:
+            fail(str(error))
     try:
         maps = attention_maps(translator, args.source, args.target)
         ax = plot_attention_maps(maps, args.kind, layer=args.layer, head=args.head)

@@ -29,18 +29,24 @@ import time
 
 import keras
 
-from keras_transformer.trainer import checkpoints
-from keras_transformer.trainer.checkpoints import write_atomic
 from keras_transformer.cli._arguments import (
     add_model_argument,
     add_search_arguments,
     add_verbose_argument,
+    model_engine,
     positive_int,
     search_options,
 )
-from keras_transformer.cli._process import prepare_process, start_tensorflow
+from keras_transformer.cli._extras import exit_if_missing, require
+from keras_transformer.cli._process import prepare_process, start_engine
 from keras_transformer.data.corpus import CorpusError, read_parallel
-from keras_transformer.translate.evaluation import ModelFileError, load_translator, score
+from keras_transformer.trainer import checkpoints
+from keras_transformer.trainer.checkpoints import write_atomic
+from keras_transformer.translate.evaluation import (
+    ModelFileError,
+    load_translator,
+    score,
+)
 
 
 def default_out(model_path, source_path):
@@ -101,8 +107,12 @@ def main(argv=None):
     """
     parser = _parser()
     args = parser.parse_args(argv)
-    prepare_process(args.verbose)
-    start_tensorflow(args.verbose)  # quietly, before the tokenizer needs it
+    engine = model_engine(args.model)
+    with exit_if_missing(parser.prog, "score"):
+        require("score")
+    with exit_if_missing(parser.prog, engine):
+        prepare_process(args.verbose)
+        start_engine(engine, args.verbose)  # quietly, before the model loads
     out = args.out or default_out(args.model, args.source)
 
     def fail(message):
@@ -117,7 +127,8 @@ def main(argv=None):
     except CorpusError as error:
         fail(str(error))
     try:
-        translator = load_translator(args.model)
+        with exit_if_missing(parser.prog, engine):
+            translator = load_translator(args.model)
     except (OSError, TypeError, ModelFileError) as error:
         fail(str(error))
     if args.checkpoint is not None:

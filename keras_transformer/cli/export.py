@@ -19,8 +19,13 @@ A missing or damaged model stops the run with exit status 2 and one line.
 
 import argparse
 
-from keras_transformer.cli._arguments import add_search_arguments, add_verbose_argument
-from keras_transformer.cli._process import prepare_process, start_tensorflow
+from keras_transformer.cli._arguments import (
+    add_search_arguments,
+    add_verbose_argument,
+    model_engine,
+)
+from keras_transformer.cli._extras import exit_if_missing
+from keras_transformer.cli._process import prepare_process, start_engine
 from keras_transformer.translate.evaluation import ModelFileError, load_translator
 
 FORMATS = ("ctranslate2", "saved_model")
@@ -68,9 +73,11 @@ def main(argv=None):
             fail(f"{', '.join(given)}: give them to kt-translate, not to the export")
     elif args.quantization is not None:
         fail("--quantization applies to --format ctranslate2 only")
-    start_tensorflow(args.verbose)  # quietly, before the tokenizer needs it
+    engine = model_engine(args.model)
     try:
-        translator = load_translator(args.model)
+        with exit_if_missing(parser.prog, engine):
+            start_engine(engine, args.verbose)  # quietly, before the model loads
+            translator = load_translator(args.model)
     except (OSError, TypeError, ModelFileError) as error:
         fail(str(error))
     if not hasattr(translator, "transformer"):

@@ -15,7 +15,10 @@ groups of ``--search-batch-size``); beyond ``--max-queue`` waiting
 sentences a request gets 503 with Retry-After. On SIGTERM the server stops
 accepting, answers what it holds, and exits 0. When ready it prints
 ``kt-serve: ready on http://HOST:PORT`` on stdout (``--port 0``: a free
-port).
+port). A missing model, a port in use or a missing optional package (the
+serve extra; ctranslate2 for an export; keras-hub for a ``.keras`` file)
+stops it with exit status 2 and one line. Given an export, the server
+imports neither Keras nor a backend nor TensorFlow.
 """
 
 import argparse
@@ -26,9 +29,11 @@ import sys
 from keras_transformer.cli._arguments import (
     add_model_argument,
     add_verbose_argument,
+    model_engine,
     positive_int,
 )
-from keras_transformer.cli._process import prepare_process, start_tensorflow
+from keras_transformer.cli._extras import exit_if_missing, require
+from keras_transformer.cli._process import prepare_process, start_engine
 
 
 def non_negative_ms(text):
@@ -129,26 +134,29 @@ def main(argv=None, load=None):
     """
     arguments = parser()
     args = arguments.parse_args(argv)
-    try:
+    prog = arguments.prog
+    with exit_if_missing(prog, "serve"):
+        require("serve")
         from keras_transformer.serving.app import Service
         from keras_transformer.serving.server import listen, run
-    except ImportError as error:
-        arguments.exit(
-            2, f"{arguments.prog}: error: {error}; kt-serve needs the serve extra: "
-            'pip install "keras-transformer-aiayn[serve]"\n',
-        )  # fmt: skip
-    prepare_process(args.verbose)
     if not os.path.exists(args.model):
-        arguments.exit(2, f"{arguments.prog}: error: {args.model}: no such model\n")
+        arguments.exit(2, f"{prog}: error: {args.model}: no such model\n")
+    engine = model_engine(args.model)
+    with exit_if_missing(prog, engine):
+        prepare_process(args.verbose, keras=engine == "keras")
     try:
         sock = listen(args.host, args.port)
     except OSError as error:
         arguments.exit(
-            2, f"{arguments.prog}: error: cannot listen on {args.host}:{args.port}: "
+            2, f"{prog}: error: cannot listen on {args.host}:{args.port}: "
             f"{error.strerror or error}\n",
         )  # fmt: skip
-    if not os.path.isdir(args.model):
-        start_tensorflow(args.verbose)  # quietly, before the tokenizer needs it
+    try:
+        with exit_if_missing(prog, engine):
+            start_engine(engine, args.verbose)  # quietly, before the model loads
+    except SystemExit:
+        sock.close()
+        raise
 
     if load is None:
         from keras_transformer.translate.evaluation import load_translator as load

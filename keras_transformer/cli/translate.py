@@ -10,20 +10,28 @@ the same order. Decoding is beam search with 4 beams and length penalty 0.6
 by default, as in the paper (§6.1); ``--beam-size 1`` is greedy. With
 ``--n-best N`` each sentence gives its N best translations, one per line as
 ``score<TAB>translation``, then an empty line. A missing or damaged model
-stops the run with exit status 2 and a one-line message naming the file.
+stops the run with exit status 2 and a one-line message naming the file,
+and so does a missing optional package (naming the extra to install).
+
+Given a CTranslate2 export (a directory), the command imports neither Keras
+nor a backend nor TensorFlow: the engine is chosen from the path before
+anything heavy is imported.
 """
 
 import argparse
+import os
 import sys
 
 from keras_transformer.cli._arguments import (
     add_model_argument,
     add_search_arguments,
     add_verbose_argument,
+    model_engine,
     positive_int,
     search_options,
 )
-from keras_transformer.cli._process import prepare_process, start_tensorflow
+from keras_transformer.cli._extras import exit_if_missing
+from keras_transformer.cli._process import prepare_process, start_engine
 from keras_transformer.translate.evaluation import ModelFileError, load_translator
 
 
@@ -72,16 +80,20 @@ def main(argv=None, stdin=None, stdout=None):
     )
     parser.add_argument("sentences", nargs="*", help="default: lines of stdin")
     args = parser.parse_args(argv)
-    prepare_process(args.verbose)
-    start_tensorflow(args.verbose)  # quietly, before the tokenizer needs it
     if args.n_best is not None and args.n_best > args.beam_size:
         parser.error(
             f"--n-best {args.n_best} is more than --beam-size {args.beam_size}"
         )
-    try:
-        translator = load_translator(args.model)
-    except (OSError, TypeError, ModelFileError) as error:
-        parser.exit(2, f"{parser.prog}: error: {error}\n")
+    if not os.path.exists(args.model):  # before seconds of imports
+        parser.exit(2, f"{parser.prog}: error: {args.model}: no such model file\n")
+    engine = model_engine(args.model)
+    with exit_if_missing(parser.prog, engine):
+        prepare_process(args.verbose, keras=engine == "keras")
+        start_engine(engine, args.verbose)  # quietly, before the model loads
+        try:
+            translator = load_translator(args.model)
+        except (OSError, TypeError, ModelFileError) as error:
+            parser.exit(2, f"{parser.prog}: error: {error}\n")
     try:
         sentences = read_sentences(args.sentences, stdin)
     except ValueError as error:

@@ -1,14 +1,14 @@
 """Scoring translations and loading saved translators, for the scripts and
 for users: BLEU and chrF (sacreBLEU), and a ``load_translator`` that names
-what is wrong with a file that does not hold one."""
+what is wrong with a file that does not hold one.
+
+Keras and the engines are imported only by the branch that loads them: a
+CTranslate2 export loads without Keras, a backend or TensorFlow.
+"""
 
 import os
 import warnings
 import zipfile
-
-import keras
-
-from keras_transformer.translate.keras_translator import Translator
 
 
 def score(hypotheses, references):
@@ -129,6 +129,8 @@ def load_translator(path):
         ModelFileError: the file is not a readable ``.keras`` archive, Keras
             cannot load it, or the tokenizer lacks its vocabulary.
         TypeError: the file holds another kind of model.
+        ImportError: a package the model needs is missing (ctranslate2 for
+            an export; keras-hub or sentencepiece for a ``.keras`` file).
     """
     if os.path.isdir(path):
         if not os.path.isfile(os.path.join(path, EXPORT_MARK)):
@@ -149,6 +151,16 @@ def load_translator(path):
     if not os.path.isfile(path):
         raise FileNotFoundError(f"{path}: no such model file")
     _check_archive(path)
+    # Keras finds the classes a .keras file names only once registered: ours
+    # by importing their modules, the tokenizer's by importing keras-hub. A
+    # missing package is then an ImportError, not a damaged file.
+    import keras
+    import keras_hub  # noqa: F401
+    import sentencepiece  # noqa: F401
+
+    import keras_transformer.model  # noqa: F401
+    from keras_transformer.translate.keras_translator import Translator
+
     try:
         with warnings.catch_warnings():
             # keras-hub 0.32 opens the vocabulary asset without closing it; the
