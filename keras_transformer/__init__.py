@@ -68,7 +68,7 @@ _DEPRECATED = {
 
 # Commands that may translate without Keras (given a CTranslate2 export);
 # they import what a Keras model needs themselves, once they know.
-_COMMANDS_WITHOUT_KERAS = ("kt-translate", "kt-serve")
+_COMMANDS_WITHOUT_KERAS = ("translate", "serve")
 
 _moved.install()
 
@@ -100,5 +100,19 @@ def _import_public_api():
         _importlib.import_module(module)
 
 
-if _os.path.basename(_sys.argv[0] if _sys.argv else "") not in _COMMANDS_WITHOUT_KERAS:
+def _starting_a_command_without_keras():
+    """Whether this process is ``kt-translate`` or ``kt-serve`` (the
+    installed script, or ``python -m keras_transformer.cli.translate``)."""
+    script = _os.path.basename(_sys.argv[0]) if _sys.argv else ""
+    if script in {f"kt-{name}" for name in _COMMANDS_WITHOUT_KERAS}:
+        return True
+    # Under -m, sys.argv[0] is "-m" while the package imports.
+    argv = list(getattr(_sys, "orig_argv", ()))
+    if "-m" in argv[:-1]:
+        module = argv[argv.index("-m") + 1]
+        return module in {f"{__name__}.cli.{n}" for n in _COMMANDS_WITHOUT_KERAS}
+    return False
+
+
+if not _starting_a_command_without_keras():
     _import_public_api()

@@ -64,16 +64,19 @@ out = {"applied": applied}
 if how == "commands":
     # The package and every command's module, imported and not run: nothing
     # changes yet. Then a command run: its main makes the setting first
-    # thing (this one then stops, with exit status 2, at the missing model;
-    # --verbose spares it starting TensorFlow, which takes seconds).
+    # thing once it knows Keras will run (this one then stops, with exit
+    # status 2, at a file that is no model; --verbose spares it starting
+    # TensorFlow, which takes seconds).
+    import tempfile
     import keras_transformer.cli.attention, keras_transformer.cli.evaluate  # noqa
     import keras_transformer.cli.launch, keras_transformer.cli.train  # noqa
     from keras_transformer.cli import translate
     out["imported"] = rounds()
-    try:
-        translate.main(["--model", "missing.keras", "--verbose", "a sentence"])
-    except SystemExit:
-        pass
+    with tempfile.NamedTemporaryFile(suffix=".keras") as not_a_model:
+        try:
+            translate.main(["--model", not_a_model.name, "--verbose", "a sentence"])
+        except SystemExit:
+            pass
 
 # The main thread, then another (threads get arenas of their own).
 out["main"] = rounds()

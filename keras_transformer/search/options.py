@@ -13,12 +13,13 @@ the server's request parsing use it.
 import dataclasses
 import math
 import numbers
-
-import numpy as np
+import sys
 
 # Paper §6.1: "beam search with a beam size of 4 and length penalty α = 0.6".
 BEAM_SIZE = 4
 LENGTH_PENALTY = 0.6
+# The largest finite float32: the searches compute in float32.
+FLOAT32_MAX = 3.4028234663852886e38
 # The default output limit, the same section: "We set the maximum output
 # length during inference to input length + 50".
 EXTRA_OUTPUT_LENGTH = 50
@@ -70,7 +71,7 @@ class SearchOptions:
         # A truthy string such as "no" would otherwise be taken for True.
         for name in ("use_cache", "fixed_batch"):
             value = getattr(self, name)
-            if not isinstance(value, (bool, np.bool_)):
+            if not _is_bool(value):
                 raise TypeError(f"{name} must be a bool. Received: {name}={value!r}")
         if isinstance(self.verbose, float) or self.verbose not in (0, 1):
             raise ValueError(
@@ -109,6 +110,15 @@ class SearchOptions:
     def batch_size_or(self, default):
         """The batch size asked for, or the engine's ``default``."""
         return default if self.batch_size is None else self.batch_size
+
+
+def _is_bool(value):
+    # NumPy's bool counts too; without importing NumPy (an engine that needs
+    # none must not load it), since a NumPy bool exists only if it is loaded.
+    numpy = sys.modules.get("numpy")
+    return isinstance(value, bool) or (
+        numpy is not None and isinstance(value, numpy.bool_)
+    )
 
 
 def _known(cls, options):
@@ -155,9 +165,7 @@ def check_length_penalty(alpha):
     # The searches compute in float32: a value past its range becomes inf,
     # and α = inf makes lp(Y) infinite for every |Y| > 1, so that the scores
     # no longer rank anything.
-    with np.errstate(over="ignore"):
-        in_float32 = np.isfinite(np.float32(alpha))
-    if not (alpha >= 0.0 and in_float32):  # also rejects NaN
+    if not 0.0 <= alpha <= FLOAT32_MAX:  # also rejects NaN
         raise ValueError(
             "length_penalty must be >= 0 and finite in float32. Received: "
             f"length_penalty={alpha}"

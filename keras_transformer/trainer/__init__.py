@@ -18,34 +18,25 @@ For a short script of one's own, ``training/`` in the repository shows the
 same steps with the public API alone.
 """
 
-from keras_transformer.trainer.config import TrainConfig
-from keras_transformer.trainer.errors import (
-    ConfigError,
-    DiskFull,
-    Diverged,
-    Preempted,
-    RunStopped,
-    UsageError,
-)
-from keras_transformer.trainer.run import train
-from keras_transformer.trainer.run_folder import RunFolder
-from keras_transformer.trainer.tasks import (
-    NumbersSettings,
-    NumbersTask,
-    ParallelCorpusTask,
-)
+from keras_transformer import _lazy
 
-__all__ = [
-    "ConfigError",
-    "DiskFull",
-    "Diverged",
-    "Preempted",
-    "RunStopped",
-    "NumbersSettings",
-    "NumbersTask",
-    "ParallelCorpusTask",
-    "RunFolder",
-    "TrainConfig",
-    "UsageError",
-    "train",
-]
+# Names imported when first used: the commands import the allocator (and a
+# program may import the checkpoints) before Keras starts.
+_PUBLIC = {
+    "TrainConfig": "keras_transformer.trainer.config",
+    "ConfigError": "keras_transformer.trainer.errors",
+    "DiskFull": "keras_transformer.trainer.errors",
+    "Diverged": "keras_transformer.trainer.errors",
+    "Preempted": "keras_transformer.trainer.errors",
+    "RunStopped": "keras_transformer.trainer.errors",
+    "UsageError": "keras_transformer.trainer.errors",
+    "train": "keras_transformer.trainer.run",
+    "RunFolder": "keras_transformer.trainer.run_folder",
+    "NumbersSettings": "keras_transformer.trainer.tasks",
+    "NumbersTask": "keras_transformer.trainer.tasks",
+    "ParallelCorpusTask": "keras_transformer.trainer.tasks",
+}
+
+__all__ = sorted(_PUBLIC)
+
+__getattr__, __dir__ = _lazy.attributes(__name__, _PUBLIC)
