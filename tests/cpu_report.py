@@ -7,7 +7,9 @@ the session a report sorted by CPU time is written to ``path`` (to
 ``path.gwN`` in each pytest-xdist worker). On two shared cores wall time says
 more about what else runs than about the test; CPU time is what the suite
 costs. A module- or session-scoped fixture counts in the first test that
-uses it, which is why the report also sums the time per file.
+uses it, which is why the report also sums the time per file. Under
+pytest-xdist the controller writes ``path`` too, with no tests: its total
+includes its workers' (children it waited for), so it is the run's total.
 """
 
 import os
