@@ -342,7 +342,9 @@ def test_translate_command_search_options(model_path, capsys):
             translate.main(["--model", str(model_path), *bad, "x"])
         assert raised.value.code == 2
     err = capsys.readouterr().err
-    assert "must be >= 1, got 0" in err and "must be >= 0, got -1.0" in err
+    # SearchOptions' own checks, named after the option.
+    assert "argument --beam-size: must be >= 1. Received: beam_size=0" in err
+    assert "argument --length-penalty: must be >= 0 and finite" in err
     assert "--n-best 5 is more than --beam-size 4" in err
 
 

@@ -80,13 +80,19 @@ def test_no_tensorflow_on_jax_and_torch(backend):
 
 # -- the commands' stderr --------------------------------------------------------
 
-# The subprocess's backend: this run's (each backend's run of the suite takes
-# its own), and Keras' default once.
-COMMAND_BACKENDS = [
-    pytest.param(name, marks=pytest.mark.backends(name))
-    for name in ("tensorflow", "jax", "torch")
-] + [pytest.param(None, marks=pytest.mark.once, id="unset")]
-LOG_LEVELS = [pytest.param(None, id="level-unset"), pytest.param("0", id="level-0")]
+# The subprocess's backend (this run's: each backend's run of the suite takes
+# its own, and Keras' default once) and the user's TF_CPP_MIN_LOG_LEVEL. Both
+# levels where TensorFlow is the backend, whose C++ logs are the ones at
+# stake; elsewhere level 0, the one that would let JAX's and PyTorch's own
+# lines through too (each case is a process start: seconds of CPU).
+SETTINGS = [
+    pytest.param("tensorflow", None, marks=pytest.mark.backends("tensorflow")),
+    pytest.param("tensorflow", "0", marks=pytest.mark.backends("tensorflow")),
+    pytest.param("jax", "0", marks=pytest.mark.backends("jax")),
+    pytest.param("torch", "0", marks=pytest.mark.backends("torch")),
+    pytest.param(None, None, marks=pytest.mark.once, id="unset-unset"),
+    pytest.param(None, "0", marks=pytest.mark.once, id="unset-0"),
+]
 # What the commands themselves write to stderr: kt-translate's progress,
 # uvicorn's lines about the server.
 PROGRESS = re.compile(r"\d+/\d+ sentences, .*")
@@ -122,8 +128,7 @@ def foreign_lines(stderr, own):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("log_level", LOG_LEVELS)
-@pytest.mark.parametrize("backend", COMMAND_BACKENDS)
+@pytest.mark.parametrize("backend, log_level", SETTINGS)
 def test_kt_translate_prints_no_framework_lines(small_model, backend, log_level):
     done = subprocess.run(
         [*command("kt-translate"), "--model", small_model, "seven", "sieben"],
@@ -140,8 +145,7 @@ def test_kt_translate_prints_no_framework_lines(small_model, backend, log_level)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("log_level", LOG_LEVELS)
-@pytest.mark.parametrize("backend", COMMAND_BACKENDS)
+@pytest.mark.parametrize("backend, log_level", SETTINGS)
 def test_kt_serve_prints_no_framework_lines(small_model, backend, log_level):
     server = Server(
         ["--model", small_model, "--search-batch-size", "1"],

@@ -3,6 +3,8 @@
 import argparse
 import os
 
+from keras_transformer.search import options
+
 
 def positive_int(text):
     """argparse type: an int >= 1."""
@@ -48,31 +50,56 @@ def model_engine(path):
     return "ctranslate2" if os.path.isdir(path) else "keras"
 
 
-def add_search_arguments(parser):
-    """--beam-size and --length-penalty, with the paper's defaults (§6.1)."""
+def _checked_by(parse, check, name):
+    """argparse type: the text parsed, then ``SearchOptions``' own check of
+    the field (one check, whatever the value came from)."""
+
+    def convert(text):
+        try:
+            return check(parse(text))
+        except ValueError as error:
+            message = str(error).removeprefix(f"{name} ")
+            raise argparse.ArgumentTypeError(message) from None
+
+    convert.__name__ = parse.__name__  # argparse names the type on errors
+    return convert
+
+
+def add_search_arguments(parser, batch_size=False):
+    """--beam-size and --length-penalty (and --batch-size), their defaults
+    and checks those of ``SearchOptions`` (the paper's, §6.1)."""
     parser.add_argument(
         "--beam-size",
-        type=positive_int,
-        default=4,
-        help="hypotheses kept per sentence (default 4, the paper's; 1 = greedy)",
+        type=_checked_by(int, options.check_beam_size, "beam_size"),
+        default=options.BEAM_SIZE,
+        help="hypotheses kept per sentence (default %(default)s, the paper's; "
+        "1 = greedy)",
     )
     parser.add_argument(
         "--length-penalty",
-        type=non_negative_float,
-        default=0.6,
-        help="alpha of the length penalty ((5 + |Y|) / 6) ** alpha (default 0.6)",
+        type=_checked_by(float, options.check_length_penalty, "length_penalty"),
+        default=options.LENGTH_PENALTY,
+        help="alpha of the length penalty ((5 + |Y|) / 6) ** alpha "
+        "(default %(default)s)",
     )
+    if batch_size:
+        parser.add_argument(
+            "--batch-size",
+            type=positive_int,
+            help="sentences searched together (default: the engine's, 64 for "
+            "a .keras model, measured values for a CTranslate2 export)",
+        )
 
 
-def search_options(args):
-    """The ``Translator`` search arguments of a command with
-    ``add_search_arguments`` and ``--batch-size``, with progress on."""
-    return {
-        "beam_size": args.beam_size,
-        "length_penalty": args.length_penalty,
-        "batch_size": args.batch_size,
-        "verbose": 1,
-    }
+def search_options(args, **fields):
+    """The ``SearchOptions`` of a command with ``add_search_arguments``,
+    with ``fields`` added (``verbose=1``: progress on stderr)."""
+    return options.SearchOptions(
+        beam_size=args.beam_size,
+        length_penalty=args.length_penalty,
+        batch_size=getattr(args, "batch_size", None),
+        **fields,
+    )
 
 
 VERBOSE_HELP = (

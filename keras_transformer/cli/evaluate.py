@@ -2,7 +2,7 @@
 
     kt-evaluate --model runs/x/translator.keras (or a CTranslate2 export's directory) \\
         --source data/val.de.gz --reference data/val.en.gz \\
-        [--out runs/x/eval-val.json] [--hypotheses runs/x/val.hyp] [--batch-size 64] \\
+        [--out runs/x/eval-val.json] [--hypotheses runs/x/val.hyp] [--batch-size N] \\
         [--beam-size 4] [--length-penalty 0.6] [--checkpoint runs/x/checkpoints/step-…]
 
 The source and reference files are checked (same number of lines, no empty
@@ -34,7 +34,6 @@ from keras_transformer.cli._arguments import (
     add_search_arguments,
     add_verbose_argument,
     model_engine,
-    positive_int,
     search_options,
 )
 from keras_transformer.cli._extras import exit_if_missing, require
@@ -74,8 +73,7 @@ def _parser():
         "--out", help="JSON results (default: <model dir>/eval-<source>.json)"
     )
     parser.add_argument("--hypotheses", help="also write the translations here")
-    parser.add_argument("--batch-size", type=positive_int, default=64)
-    add_search_arguments(parser)
+    add_search_arguments(parser, batch_size=True)
     parser.add_argument(
         "--checkpoint", help="a training checkpoint folder whose weights to use"
     )
@@ -137,7 +135,7 @@ def main(argv=None):
         _load_checkpoint(translator, args, fail)
 
     start = time.perf_counter()
-    hypotheses = translator.translate(sources, **search_options(args))
+    hypotheses = translator.translate(sources, search_options(args, verbose=1))
     seconds = time.perf_counter() - start
 
     result = score(hypotheses, references)

@@ -23,9 +23,11 @@ from keras_transformer.cli._arguments import (
     add_search_arguments,
     add_verbose_argument,
     model_engine,
+    search_options,
 )
 from keras_transformer.cli._extras import exit_if_missing
 from keras_transformer.cli._process import prepare_process, start_engine
+from keras_transformer.search.options import SearchOptions
 from keras_transformer.translate.evaluation import ModelFileError, load_translator
 
 FORMATS = ("ctranslate2", "saved_model")
@@ -63,8 +65,8 @@ def main(argv=None):
         given = [
             option
             for option, value, default in (
-                ("--beam-size", args.beam_size, 4),
-                ("--length-penalty", args.length_penalty, 0.6),
+                ("--beam-size", args.beam_size, SearchOptions.beam_size),
+                ("--length-penalty", args.length_penalty, SearchOptions.length_penalty),
             )
             if value != default
         ]
@@ -93,10 +95,12 @@ def main(argv=None):
                 overwrite=args.overwrite,
             )
         else:
-            path = translator.export(
+            from keras_transformer.export.saved_model import export_saved_model
+
+            path = export_saved_model(
+                translator,
                 args.out,
-                beam_size=args.beam_size,
-                length_penalty=args.length_penalty,
+                search=search_options(args),
                 overwrite=args.overwrite,
             )
     except (FileExistsError, ImportError, ValueError) as error:

@@ -73,8 +73,7 @@ def main(argv=None, stdin=None, stdout=None):
     )
     add_model_argument(parser)
     add_verbose_argument(parser)
-    parser.add_argument("--batch-size", type=positive_int, default=64)
-    add_search_arguments(parser)
+    add_search_arguments(parser, batch_size=True)
     parser.add_argument(
         "--n-best", type=positive_int, help="print the N best (N <= --beam-size)"
     )
@@ -100,16 +99,14 @@ def main(argv=None, stdin=None, stdout=None):
         parser.exit(2, f"{parser.prog}: error: {error}\n")
     if args.n_best is not None:
         n_best = translator.n_best(
-            sentences,
-            n=args.n_best,
-            **search_options(args),
+            sentences, n=args.n_best, search=search_options(args, verbose=1)
         )
         for hypotheses in n_best:
             for text, score in hypotheses:
                 print(f"{score:.4f}\t{text}", file=stdout)
             print(file=stdout)
         return n_best
-    translations = translator.translate(sentences, **search_options(args))
+    translations = translator.translate(sentences, search_options(args, verbose=1))
     for translation in translations:
         print(translation, file=stdout)
     return translations
