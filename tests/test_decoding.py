@@ -147,13 +147,13 @@ def test_compiled_once_per_shape(monkeypatch):
     loop (JAX and TensorFlow trace the search function once)."""
     model, src = model_and_sources(seed=5)
     traces = []
-    original = decoding._greedy
+    original = decoding.greedy_loop
 
     def counting(*args, **kwargs):
         traces.append(1)
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(decoding, "_greedy", counting)
+    monkeypatch.setattr(decoding, "greedy_loop", counting)
     decoding.greedy_search(model, src, 5, 8)
     decoding.greedy_search(model, src[::-1].copy(), [4, 5, 3, 2, 1], 8)
     assert len(traces) == 1

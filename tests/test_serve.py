@@ -28,6 +28,7 @@ import urllib.parse
 import pytest
 
 from keras_transformer.translate.evaluation import load_translator
+from tests import subprocess_coverage
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIXTURE = os.path.join(ROOT, "tests", "fixtures", "v0_2_0", "translator.keras")
@@ -52,6 +53,7 @@ class Server:
         self.process = subprocess.Popen(
             command,
             cwd=ROOT,
+            env=subprocess_coverage.environment(),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
