@@ -25,6 +25,9 @@ def environment(env=None):
         return env
     config = current.config
     sources = "\n    ".join(config.source or [])
+    # The run's omissions too: with `source`, coverage reports every file
+    # under it, tests included, unless told to leave them out.
+    omitted = "\n    ".join(config.run_omit or [])
     rc = tempfile.NamedTemporaryFile(
         "w", prefix="kt-subprocess-coverage-", suffix=".rc", delete=False
     )
@@ -35,6 +38,7 @@ def environment(env=None):
             "parallel = True\n"
             f"branch = {config.branch}\n"
             f"source =\n    {sources}\n"
+            f"omit =\n    {omitted}\n"
         )
     env["COVERAGE_PROCESS_START"] = rc.name
     return env
