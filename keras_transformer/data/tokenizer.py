@@ -201,14 +201,17 @@ def special_ids(tokenizer):
     }
 
 
-def encode(tokenizer, texts, add_start=False, add_end=True):
+def encode(
+    tokenizer, texts, add_start=False, add_end=True, start_id=START_ID, end_id=END_ID
+):
     """Token ids of each sentence, as Python ints.
 
     Args:
-        tokenizer: from ``make_tokenizer``.
+        tokenizer: from ``make_tokenizer`` (or any with ``tokenize``).
         texts: list (or other sequence) of str.
-        add_start: prepend ``START_ID``.
-        add_end: append ``END_ID`` (so ``""`` gives ``[END_ID]``).
+        add_start: prepend ``start_id``.
+        add_end: append ``end_id`` (so ``""`` gives ``[end_id]``).
+        start_id, end_id: the tokenizer's, if not the reserved 1 and 2.
 
     Returns:
         list of lists of int, one per sentence; no padding.
@@ -221,20 +224,21 @@ def encode(tokenizer, texts, add_start=False, add_end=True):
     pieces = tokenizer.tokenize(texts)
     if hasattr(pieces, "to_list"):  # a tf.RaggedTensor on the TF graph path
         pieces = pieces.to_list()
-    prefix = [START_ID] if add_start else []
-    suffix = [END_ID] if add_end else []
+    prefix = [start_id] if add_start else []
+    suffix = [end_id] if add_end else []
     return [prefix + [int(i) for i in ids] + suffix for ids in pieces]
 
 
-def decode(tokenizer, ids):
+def decode(tokenizer, ids, end_id=END_ID, pad_id=PAD_ID, start_id=START_ID):
     """Sentences from rows of ids, e.g. a model's (padded) greedy output.
 
-    Each row is cut at its first ``END_ID``; padding and ``START_ID`` are
+    Each row is cut at its first ``end_id``; padding and ``start_id`` are
     dropped. Unknown ids decode to SentencePiece's `` ⁇ ``.
 
     Args:
-        tokenizer: from ``make_tokenizer``.
+        tokenizer: from ``make_tokenizer`` (or any with ``detokenize``).
         ids: list of lists of int, or a 2-D array or tensor.
+        end_id, pad_id, start_id: the tokenizer's, if not the reserved ones.
 
     Returns:
         list of str, one per row.
@@ -248,9 +252,9 @@ def decode(tokenizer, ids):
     kept = []
     for row in rows:
         row = [int(i) for i in row]
-        if END_ID in row:
-            row = row[: row.index(END_ID)]
-        kept.append([i for i in row if i not in (PAD_ID, START_ID)])
+        if end_id in row:
+            row = row[: row.index(end_id)]
+        kept.append([i for i in row if i not in (pad_id, start_id)])
     if not kept:
         # keras-hub reads an empty batch as one empty sentence.
         return []

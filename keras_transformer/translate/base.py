@@ -31,7 +31,7 @@ This module imports neither Keras nor a backend: an engine that needs none
 
 import warnings
 
-from keras_transformer.data.tokenizer import SentencePiece
+from keras_transformer.data.tokenizer import SentencePiece, decode, encode
 from keras_transformer.progress import Progress
 from keras_transformer.search.options import (
     EXTRA_OUTPUT_LENGTH,
@@ -269,28 +269,18 @@ class TranslatorBase:
 
     def tokenize(self, texts):
         """Each text's piece ids and the end id (no truncation, no checks)."""
-        if not texts:
-            return []
-        pieces = self.tokenizer.tokenize(list(texts))
-        if hasattr(pieces, "to_list"):  # a tf.RaggedTensor on TensorFlow
-            pieces = pieces.to_list()
-        return [[int(i) for i in row] + [self.end_id] for row in pieces]
+        return encode(self.tokenizer, texts, end_id=self.end_id)
 
     def detokenize(self, rows):
         """Texts from rows of generated ids: each cut at its first end id,
         padding and start ids dropped."""
-        kept = []
-        for row in rows:
-            row = [int(i) for i in row]
-            if self.end_id in row:
-                row = row[: row.index(self.end_id)]
-            kept.append([i for i in row if i not in (self.pad_id, self.start_id)])
-        if not kept:
-            return []  # keras-hub reads an empty batch as one empty sentence
-        texts = self.tokenizer.detokenize(kept)
-        if hasattr(texts, "numpy"):  # a tf.Tensor of bytes on TensorFlow
-            texts = texts.numpy().tolist()
-        return [t.decode("utf-8") if isinstance(t, bytes) else str(t) for t in texts]
+        return decode(
+            self.tokenizer,
+            rows,
+            end_id=self.end_id,
+            pad_id=self.pad_id,
+            start_id=self.start_id,
+        )
 
     def source_lengths(self, texts):
         """Each text's length in tokens, end token included, before any cut:
