@@ -44,7 +44,14 @@ def env(devices=None):
     out["KERAS_BACKEND"] = "jax"
     out["PYTHONPATH"] = str(REPO)
     if devices:
-        out["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
+        # The device count replaced, the suite's other XLA flags (its cheap
+        # code generation) kept: most of a tiny run's CPU is XLA compiling.
+        flags = [
+            flag for flag in out.get("XLA_FLAGS", "").split()
+            if not flag.startswith("--xla_force_host_platform_device_count")
+        ]  # fmt: skip
+        flags.append(f"--xla_force_host_platform_device_count={devices}")
+        out["XLA_FLAGS"] = " ".join(flags)
     return out
 
 
