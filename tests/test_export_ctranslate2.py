@@ -37,10 +37,17 @@ NUMBERS = list(EDGE_NUMBERS) + [
 ]
 SENTENCES = [english(n) for n in NUMBERS]  # 64 sentences
 # Tiny models whose forward pass is compared: (config, src and tgt vocab sizes
-# beyond the tokenizer's 60 pieces, so that the vocabulary is padded too).
+# beyond the tokenizer's 60 pieces, so that the vocabulary is padded too). The
+# second also has the options of imported checkpoints: swish and a logits bias.
 MODELS = {
     "post_ln_shared": dict(share_embeddings=True, norm_first=False, vocab=(60, 60)),
-    "pre_ln_separate": dict(share_embeddings=False, norm_first=True, vocab=(64, 62)),
+    "pre_ln_separate": dict(
+        share_embeddings=False,
+        norm_first=True,
+        vocab=(64, 62),
+        activation="swish",
+        logits_bias=True,
+    ),
 }
 
 
@@ -84,7 +91,7 @@ def log_softmax(logits):
     return logits - top - np.log(np.exp(logits - top).sum(-1, keepdims=True))
 
 
-def tiny_translator(numbers, share_embeddings, norm_first, vocab):
+def tiny_translator(numbers, share_embeddings, norm_first, vocab, **options):
     keras.utils.set_random_seed(1)
     model = build_model(
         "tiny",
@@ -98,6 +105,7 @@ def tiny_translator(numbers, share_embeddings, norm_first, vocab):
         share_embeddings=share_embeddings,
         norm_first=norm_first,
         layer_norm_epsilon=1e-5,
+        **options,
     )
     # Make the weights less tidy than their initial values (zero biases,
     # unit gammas), so that each one matters.

@@ -11,12 +11,13 @@ with NumPy alone (no PyTorch, no converter of another framework):
   projections fused as CTranslate2 expects: one ``(3·d, d)`` matrix for
   self-attention, query and ``(2·d, d)`` key-value for cross-attention; Keras
   kernels are ``(in, out)``, CTranslate2's ``(out, in)``), feed-forward
-  network (ReLU) and layer norms, with the model's ``layer_norm_epsilon``;
+  network (ReLU, GELU or swish) and layer norms, with the model's
+  ``layer_norm_epsilon``;
   post-LN (the paper's) or pre-LN with its two final norms (``norm_first``);
 - the embeddings, scaled by √d_model; one matrix for source, target and
   output projection where ``share_embeddings`` ties them (CTranslate2 stores
   it once and aliases the other two), three otherwise, the output projection
-  being the target embedding (no bias) as in the model;
+  being the target embedding, with the model's logits bias if it has one;
 - the position table, given explicitly: row ``t`` is
   ``sinusoidal_table(t)`` of this package (sine and cosine interleaved,
   from position 0), computed once by the current Keras backend. CTranslate2's
@@ -38,11 +39,11 @@ weights are read in float32 whatever the model's dtype policy.
 
 What it cannot express raises ``ValueError`` naming the reason: a
 ``max_length=None`` model (CTranslate2 needs a finite position table),
-an activation other than ReLU, a layer norm without centre or scale, a Keras
-layer quantised in place (``model.quantize``: export the float model and
-give ``quantization=``). Every model that ``build_model`` makes (post-LN or
-pre-LN, shared or separate embeddings, any ``num_layers``, ``num_heads``,
-``d_ff``) is expressible.
+an activation other than ReLU, GELU and swish, a layer norm without centre
+or scale, a Keras layer quantised in place (``model.quantize``: export the
+float model and give ``quantization=``). Every model that ``build_model``
+makes (post-LN or pre-LN, shared or separate embeddings, any ``num_layers``,
+``num_heads``, ``d_ff``) is expressible.
 """
 
 import dataclasses
@@ -286,15 +287,31 @@ def _set_norm(spec, layer, epsilon, where):
     spec.beta = _numpy(layer.beta)
 
 
-def _check_block(block, where):
+# Keras' names of the feed-forward activations CTranslate2 computes: GELU
+# exact (erf) as Keras' default, swish as SiLU (x * sigmoid(x)).
+_ACTIVATIONS = {"relu": "RELU", "gelu": "GELU", "silu": "SWISH"}
+
+
+def _activation_name(block, where):
+    """Keras' name of a block's feed-forward activation, if CTranslate2 has it."""
     import keras
 
     activation = keras.activations.serialize(block.activation)
     name = activation if isinstance(activation, str) else activation.get("config")
-    if name != "relu" and block.activation is not keras.activations.relu:
+    if name not in _ACTIVATIONS:
         raise ValueError(
             f"{where} uses the activation {activation!r}; the export supports "
-            "ReLU (the paper's, and build_model's) only."
+            f"{sorted(_ACTIVATIONS)} (the paper's is ReLU)."
+        )
+    return name
+
+
+def _check_block(block, where, activation):
+    name = _activation_name(block, where)
+    if name != activation:
+        raise ValueError(
+            f"{where} uses the activation {name!r}, the first block {activation!r}: "
+            "CTranslate2 takes one activation for the whole model."
         )
 
 
@@ -367,6 +384,8 @@ def _set_embeddings(encoder, decoder, model):
     encoder.embeddings[0].weight = source
     decoder.embeddings.weight = target
     decoder.projection.weight = target
+    if getattr(model.target_embedding, "bias", None) is not None:
+        decoder.projection.bias = _numpy(model.target_embedding.bias)
     scale = bool(getattr(model.source_embedding, "scale", True))
     encoder.scale_embeddings = decoder.scale_embeddings = scale
     pairs = ((encoder, model.encoder_position), (decoder, model.decoder_position))
@@ -374,7 +393,7 @@ def _set_embeddings(encoder, decoder, model):
         side.position_encodings.encodings = _position_table(layer, rows, d_model)
 
 
-def _set_blocks(encoder, decoder, model, epsilon, pre_norm):
+def _set_blocks(encoder, decoder, model, epsilon, pre_norm, activation):
     """Fill every encoder and decoder layer, then the pre-LN final norms."""
     for name, blocks, layers in (
         ("encoder", model.encoder_blocks, encoder.layer),
@@ -382,7 +401,7 @@ def _set_blocks(encoder, decoder, model, epsilon, pre_norm):
     ):
         for i, (block, layer) in enumerate(zip(blocks, layers, strict=True)):
             where = f"{name} block {i}"
-            _check_block(block, where)
+            _check_block(block, where, activation)
             _set_attention(layer.self_attention, block.self_attention, True, where)
             _set_norm(
                 layer.self_attention.layer_norm,
@@ -467,12 +486,16 @@ def _convert(translator):
     epsilon = float(config.layer_norm_epsilon)
     pre_norm = bool(config.norm_first)
     shape = (int(config.num_layers), int(config.num_heads))
-    options = {"pre_norm": pre_norm, "activation": common_spec.Activation.RELU}
+    activation = _activation_name(model.encoder_blocks[0], "encoder block 0")
+    options = {
+        "pre_norm": pre_norm,
+        "activation": getattr(common_spec.Activation, _ACTIVATIONS[activation]),
+    }
     encoder = transformer_spec.TransformerEncoderSpec(*shape, **options)
     decoder = transformer_spec.TransformerDecoderSpec(*shape, **options)
     spec = transformer_spec.TransformerSpec(encoder, decoder)
     _set_embeddings(encoder, decoder, model)
-    _set_blocks(encoder, decoder, model, epsilon, pre_norm)
+    _set_blocks(encoder, decoder, model, epsilon, pre_norm, activation)
     vocabulary = _set_vocabulary(spec, translator, epsilon)
     return spec, _metadata(translator, *vocabulary)
 

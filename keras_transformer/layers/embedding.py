@@ -16,8 +16,8 @@ class TokenEmbedding(keras.layers.Layer):
     §3.4: "we share the same weight matrix between the two embedding layers and
     the pre-softmax linear transformation ... In the embedding layers, we
     multiply those weights by √d_model." Called on ids it embeds; called with
-    ``reverse=True`` on ``(B, T, d_model)`` it returns logits ``x Eᵀ`` (no bias,
-    no scaling) in float32.
+    ``reverse=True`` on ``(B, T, d_model)`` it returns logits ``x Eᵀ`` (no
+    scaling) in float32, plus a learned bias with ``logits_bias=True``.
 
     The default initializer is ``N(0, d_model^-1/2)``, so that the scaled
     embeddings have unit variance, the same scale as the positional encoding.
@@ -30,6 +30,9 @@ class TokenEmbedding(keras.layers.Layer):
         vocab_size: int, number of token ids.
         d_model: int, embedding width.
         scale: bool, multiply by √d_model (default True, as in the paper).
+        logits_bias: bool, add a learned ``(vocab_size,)`` bias to the logits
+            of ``reverse`` (default False, as in the paper; Marian's models
+            have one).
         embeddings_initializer: initializer for the ``(vocab_size, d_model)``
             matrix.
         **kwargs: base layer arguments.
@@ -40,7 +43,13 @@ class TokenEmbedding(keras.layers.Layer):
     """
 
     def __init__(
-        self, vocab_size, d_model, scale=True, embeddings_initializer=None, **kwargs
+        self,
+        vocab_size,
+        d_model,
+        scale=True,
+        embeddings_initializer=None,
+        logits_bias=False,
+        **kwargs,
     ):
         super().__init__(**kwargs)
         for name, value in (("vocab_size", vocab_size), ("d_model", d_model)):
@@ -51,6 +60,7 @@ class TokenEmbedding(keras.layers.Layer):
         self.vocab_size = vocab_size
         self.d_model = d_model
         self.scale = bool(scale)
+        self.logits_bias = bool(logits_bias)
         if embeddings_initializer is None:
             embeddings_initializer = keras.initializers.RandomNormal(
                 stddev=d_model**-0.5
@@ -64,14 +74,22 @@ class TokenEmbedding(keras.layers.Layer):
             initializer=self.embeddings_initializer,
             name="embeddings",
         )
+        self.bias = None
+        if self.logits_bias:
+            self.bias = self.add_weight(
+                shape=(self.vocab_size,), initializer="zeros", name="logits_bias"
+            )
         self.built = True
 
     def call(self, inputs, reverse=False):
         if reverse:
             # Pre-softmax linear transformation with the shared matrix (§3.4).
             kernel = ops.cast(self.embeddings, self.compute_dtype)
-            logits = ops.matmul(inputs, ops.transpose(kernel))
-            return ops.cast(logits, "float32")
+            logits = ops.cast(ops.matmul(inputs, ops.transpose(kernel)), "float32")
+            if self.bias is not None:
+                # Added in float32 under mixed precision, as the logits are.
+                logits = logits + ops.cast(self.bias, "float32")
+            return logits
         _checks.check_integer(inputs, f"Inputs to {self.name!r}")
         inputs = _checks.check_not_empty(inputs, f"Inputs to {self.name!r}")
         inputs = _checks.check_range(
@@ -117,6 +135,7 @@ class TokenEmbedding(keras.layers.Layer):
                 "vocab_size": self.vocab_size,
                 "d_model": self.d_model,
                 "scale": self.scale,
+                "logits_bias": self.logits_bias,
                 "embeddings_initializer": keras.initializers.serialize(
                     self.embeddings_initializer
                 ),

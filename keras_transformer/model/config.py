@@ -18,6 +18,13 @@ class TransformerConfig:
     norm_first: bool = False
     max_length: int | None = 512
     layer_norm_epsilon: float = 1e-6
+    # §3.3's FFN is max(0, xW1 + b1)W2 + b2; imported checkpoints use GELU or
+    # swish (any Keras activation name).
+    activation: str = "relu"
+    # §3.4's projection is the embedding matrix alone; Marian adds a bias.
+    logits_bias: bool = False
+    # §3.4: embeddings multiplied by √d_model (some checkpoints do not).
+    scale_embeddings: bool = True
 
     def replace(self, **changes):
         return dataclasses.replace(self, **changes)

@@ -38,8 +38,8 @@ class Transformer(GuardedModel):
         tgt_vocab_size: int, target vocabulary size; defaults to
             ``src_vocab_size``.
         num_layers, d_model, num_heads, d_ff, dropout, attention_dropout,
-        share_embeddings, norm_first, max_length, layer_norm_epsilon: as in
-            ``TransformerConfig``.
+        share_embeddings, norm_first, max_length, layer_norm_epsilon,
+        activation, logits_bias, scale_embeddings: as in ``TransformerConfig``.
         dtype: optional dtype policy for every layer (e.g.
             ``"mixed_bfloat16"``); defaults to the global policy.
         **kwargs: ``keras.Model`` arguments (``name``, ``trainable``).
@@ -72,6 +72,9 @@ class Transformer(GuardedModel):
         norm_first=False,
         max_length=512,
         layer_norm_epsilon=1e-6,
+        activation="relu",
+        logits_bias=False,
+        scale_embeddings=True,
         dtype=None,
         **kwargs,
     ):
@@ -85,6 +88,7 @@ class Transformer(GuardedModel):
             raise ValueError(
                 f"num_layers must be a positive integer. Received: {num_layers}"
             )
+        _check_activation(activation)
         config = TransformerConfig(
             num_layers=num_layers,
             d_model=d_model,
@@ -96,6 +100,9 @@ class Transformer(GuardedModel):
             norm_first=bool(norm_first),
             max_length=max_length,
             layer_norm_epsilon=layer_norm_epsilon,
+            activation=activation,
+            logits_bias=bool(logits_bias),
+            scale_embeddings=bool(scale_embeddings),
         )
         parts = _Parts(config, src_vocab_size, tgt_vocab_size, dtype)
         encoder_inputs = keras.Input(
@@ -292,16 +299,32 @@ class _Parts:
 
     def __init__(self, config, src_vocab_size, tgt_vocab_size, dtype):
         d_model = config.d_model
+        # The target embedding is also the pre-softmax projection (§3.4).
+        bias, scale = config.logits_bias, config.scale_embeddings
         if config.share_embeddings:
             self.source_embedding = self.target_embedding = TokenEmbedding(
-                src_vocab_size, d_model, dtype=dtype, name="shared_embedding"
+                src_vocab_size,
+                d_model,
+                scale=scale,
+                logits_bias=bias,
+                dtype=dtype,
+                name="shared_embedding",
             )
         else:
             self.source_embedding = TokenEmbedding(
-                src_vocab_size, d_model, dtype=dtype, name="source_embedding"
+                src_vocab_size,
+                d_model,
+                scale=scale,
+                dtype=dtype,
+                name="source_embedding",
             )
             self.target_embedding = TokenEmbedding(
-                tgt_vocab_size, d_model, dtype=dtype, name="target_embedding"
+                tgt_vocab_size,
+                d_model,
+                scale=scale,
+                logits_bias=bias,
+                dtype=dtype,
+                name="target_embedding",
             )
         for side in ("encoder", "decoder"):
             # §3.5: positional encodings added to the embeddings; §5.4:
@@ -334,6 +357,7 @@ class _Parts:
             attention_dropout=config.attention_dropout,
             norm_first=config.norm_first,
             layer_norm_epsilon=config.layer_norm_epsilon,
+            activation=config.activation,
             dtype=dtype,
         )
         self.encoder_blocks = [
@@ -427,6 +451,22 @@ class _Parts:
         return logits, (scores if cache is None else tuple(new_cache))
 
 
+def _check_activation(activation):
+    """The feed-forward activation must be a Keras activation's name (a name
+    is what ``get_config`` can save)."""
+    problem = not isinstance(activation, str)
+    if not problem:
+        try:
+            keras.activations.get(activation)
+        except ValueError:
+            problem = True
+    if problem:
+        raise ValueError(
+            "activation must be the name of a Keras activation, such as "
+            f"'relu' (the paper's), 'gelu' or 'swish'. Received: {activation!r}"
+        )
+
+
 def _through_call(layer, *args, **kwargs):
     """``layer(...)``: through ``Layer.__call__``, so that the functional graph
     records the call."""
@@ -484,12 +524,14 @@ def build_model(
         **overrides: any ``TransformerConfig`` field (``num_layers``,
             ``d_model``, ``num_heads``, ``d_ff``, ``dropout``,
             ``attention_dropout``, ``share_embeddings``, ``norm_first``,
-            ``max_length``, ``layer_norm_epsilon``), overriding the config.
+            ``max_length``, ``layer_norm_epsilon``, ``activation``,
+            ``logits_bias``, ``scale_embeddings``), overriding the config.
 
     With ``share_embeddings=True`` one matrix serves as source embedding,
     target embedding and pre-softmax projection (§3.4), which needs one joint
     vocabulary. Otherwise the source has its own embedding and the target
-    embedding doubles as the projection. The projection has no bias.
+    embedding doubles as the projection. The projection has no bias unless
+    ``logits_bias=True`` (Marian's checkpoints have one).
 
     Returns:
         A ``Transformer``.
