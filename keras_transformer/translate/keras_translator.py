@@ -158,6 +158,27 @@ class Translator(TranslatorBase, keras.Model):
         )
         return cls(**config)
 
+    @classmethod
+    def from_preset(cls, source, dtype=None, **kwargs):
+        """A translator from a pretrained checkpoint folder.
+
+        Args:
+            source: a Marian / OPUS-MT checkpoint folder in Hugging Face's
+                layout (``config.json``, ``model.safetensors`` or
+                ``pytorch_model.bin``, ``source.spm``, ``target.spm``,
+                ``vocab.json``).
+            dtype: optional dtype policy for the transformer.
+            **kwargs: ``Translator`` arguments (``max_output_length``, ...).
+
+        The checkpoint's weights are mapped onto this package's Transformer
+        (``keras_transformer.pretrained.marian`` says how); the translator
+        translates, trains and saves like one built here.
+        """
+        from keras_transformer.pretrained.preset import marian_parts
+
+        tokenizer, transformer = marian_parts(source, dtype=dtype)
+        return cls(tokenizer, transformer, **kwargs)
+
     def export(self, filepath, format="tf_saved_model", **kwargs):
         """Keras' ``Model.export``: the model's call (the transformer's
         logits) as an inference artifact, as Keras documents it.

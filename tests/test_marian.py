@@ -1,0 +1,300 @@
+"""Marian checkpoints read into the Transformer (``pretrained/marian.py``).
+
+The reference is Hugging Face transformers' ``MarianMTModel`` itself: small
+checkpoints with random weights are built and saved in the test (nothing is
+fetched from a hub), then their PyTorch forward pass is compared with the
+imported model's on each backend, through the vocabulary order the import
+reports (``logits[..., i]`` here is Marian's ``logits[..., target_ids[i]]``).
+"""
+
+import io
+import json
+import warnings
+
+import keras
+import numpy as np
+import pytest
+import torch
+import transformers
+
+from keras_transformer import Translator
+from keras_transformer.data.numbers import english, german
+from keras_transformer.layers.position import sinusoidal_table
+from keras_transformer.pretrained import marian
+from keras_transformer.special_tokens import END_ID, PAD_ID, START_ID, UNK_ID
+
+VOCAB, PAD = 50, 49  # Marian's layout: </s> 0, <unk> 1, <pad> the last id
+NUMBERS = [1, 7, 12, 21, 40, 99, 101, 345, 1000, 2024, 70001, 999999]
+# The checkpoint families' differences, each in one small config: swish
+# (most OPUS-MT models), ReLU, GELU with separate source and target
+# vocabularies (the opus-mt-tc models), and one without embedding scaling.
+CASES = {
+    "swish_shared": dict(activation_function="swish"),
+    "relu_shared": dict(activation_function="relu"),
+    "gelu_separate": dict(
+        activation_function="gelu",
+        share_encoder_decoder_embeddings=False,
+        decoder_vocab_size=60,
+    ),
+    "unscaled": dict(activation_function="swish", scale_embedding=False),
+}
+
+
+def make_checkpoint(folder, **changes):
+    """A MarianMTModel with random weights (biases and layer norms too, so
+    that each matters) saved as Hugging Face saves one."""
+    torch.manual_seed(0)
+    settings = dict(
+        vocab_size=VOCAB, d_model=16, encoder_layers=2, decoder_layers=2,
+        encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=32,
+        decoder_ffn_dim=32, max_position_embeddings=64, pad_token_id=PAD,
+        eos_token_id=0, decoder_start_token_id=PAD, scale_embedding=True,
+    )  # fmt: skip
+    config = transformers.MarianConfig(**{**settings, **changes})
+    model = transformers.MarianMTModel(config).eval()
+    with torch.no_grad():
+        model.final_logits_bias.normal_(0.0, 1.0)
+        for name, weight in model.named_parameters():
+            if "layer_norm" in name or name.endswith(".bias"):
+                weight.add_(0.1 * torch.randn_like(weight))
+    model.save_pretrained(folder)
+    return model
+
+
+def sentencepiece_model(lines, size):
+    import sentencepiece as spm
+
+    model = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(lines), model_writer=model, vocab_size=size,
+        model_type="unigram", hard_vocab_limit=False, minloglevel=2,
+        character_coverage=1.0,
+    )  # fmt: skip
+    return model.getvalue()
+
+
+@pytest.fixture(scope="module")
+def tokenizer_files():
+    """Marian's tokenizer files for English -> German number words: two
+    SentencePiece models and the joint vocab.json that Marian's converter
+    writes (</s> 0, <unk> 1, the pieces, <pad> last)."""
+    import sentencepiece as spm
+
+    numbers = range(0, 3000, 7)
+    source = sentencepiece_model([english(n) for n in numbers], 40)
+    target = sentencepiece_model([german(n) for n in numbers], 40)
+    pieces = []
+    for proto in (source, target):
+        processor = spm.SentencePieceProcessor(model_proto=proto)
+        for i in range(processor.get_piece_size()):
+            piece = processor.id_to_piece(i)
+            if not processor.is_control(i) and not processor.is_unknown(i):
+                if piece not in pieces:
+                    pieces.append(piece)
+    vocabulary = {"</s>": 0, "<unk>": 1}
+    for piece in pieces:
+        vocabulary[piece] = len(vocabulary)
+    vocabulary["<pad>"] = len(vocabulary)
+    return {
+        "source.spm": source,
+        "target.spm": target,
+        "vocab.json": json.dumps(vocabulary).encode(),
+    }
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory, tokenizer_files):
+    root = tmp_path_factory.mktemp("marian")
+    made = {
+        name: (root / name, make_checkpoint(root / name, **changes))
+        for name, changes in CASES.items()
+    }
+    # One checkpoint with its tokenizer, its vocabulary the model's.
+    size = len(json.loads(tokenizer_files["vocab.json"]))
+    folder = root / "with_tokenizer"
+    reference = make_checkpoint(
+        folder, vocab_size=size, pad_token_id=size - 1,
+        decoder_start_token_id=size - 1, activation_function="swish",
+    )  # fmt: skip
+    for name, data in tokenizer_files.items():
+        (folder / name).write_bytes(data)
+    made["with_tokenizer"] = folder, reference
+    return made
+
+
+def our_ids(order, marian_ids):
+    """This package's id of each Marian id (the first of this package's ids
+    that stands for it: pad before start)."""
+    inverse = np.full(order.max() + 1, -1)
+    for ours in range(len(order) - 1, -1, -1):
+        inverse[order[ours]] = ours
+    return inverse[marian_ids]
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_logits_equal_transformers(checkpoints, case, tmp_path):
+    folder, reference = checkpoints[case]
+    model, checkpoint = marian.marian_transformer(str(folder))
+    # Two sources, the second padded; decoder inputs from the start id.
+    source = np.array([[5, 7, 9, 11, 0], [6, 8, 0, PAD, PAD]])
+    attention = (source != PAD).astype("int64")
+    target = np.array([[PAD, 3, 4, 5, 6], [PAD, 7, 8, 9, 2]])
+    with torch.no_grad():
+        expected = reference(
+            input_ids=torch.tensor(source),
+            attention_mask=torch.tensor(attention),
+            decoder_input_ids=torch.tensor(target),
+        ).logits.numpy()[..., checkpoint.target_ids]
+    inputs = {
+        "encoder_inputs": np.where(
+            attention == 1, our_ids(checkpoint.source_ids, source), PAD_ID
+        ).astype("int32"),
+        "decoder_inputs": np.concatenate(
+            [np.full((2, 1), START_ID), our_ids(checkpoint.target_ids, target[:, 1:])],
+            axis=1,
+        ).astype("int32"),
+    }
+    got = keras.ops.convert_to_numpy(model(inputs))
+    scale = np.abs(expected).max()
+    np.testing.assert_allclose(got, expected, rtol=0, atol=1e-5 * scale)
+    # The options round-trip through a .keras file, with the weights.
+    model.save(tmp_path / "imported.keras")
+    loaded = keras.saving.load_model(tmp_path / "imported.keras")
+    assert loaded.get_config() == model.get_config()
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(loaded(inputs)), got)
+
+
+@pytest.mark.once
+def test_the_options_come_from_the_config(checkpoints):
+    arguments = marian.read_checkpoint(str(checkpoints["gelu_separate"][0])).arguments
+    assert arguments["activation"] == "gelu"
+    assert arguments["logits_bias"] is True
+    assert arguments["layer_norm_epsilon"] == 1e-5
+    assert arguments["share_embeddings"] is False
+    # One more row than Marian's vocabularies: the start id's copy of <pad>.
+    assert (arguments["src_vocab_size"], arguments["tgt_vocab_size"]) == (51, 61)
+    swish = marian.read_checkpoint(str(checkpoints["swish_shared"][0])).arguments
+    assert (swish["activation"], swish["scale_embeddings"]) == ("silu", True)
+
+
+@pytest.mark.once
+def test_the_vocabulary_order_puts_the_special_ids_first():
+    order = marian.vocabulary_order(8, pad=7, start=7, end=0, unk=1)
+    assert order[PAD_ID] == order[START_ID] == 7
+    assert (order[END_ID], order[UNK_ID]) == (0, 1)
+    assert list(order[4:]) == [2, 3, 4, 5, 6]  # the others, in Marian's order
+    with pytest.raises(ValueError, match="unk id 9 is outside the vocabulary of 8"):
+        marian.vocabulary_order(8, pad=7, start=7, end=0, unk=9)
+    with pytest.raises(ValueError, match="three different ids"):
+        marian.vocabulary_order(8, pad=7, start=7, end=7, unk=1)
+
+
+@pytest.mark.once
+@pytest.mark.parametrize("d_model", [4, 16, 512])
+def test_the_permutation_maps_marians_sinusoid_onto_the_papers(d_model):
+    from transformers.models.marian.modeling_marian import (
+        MarianSinusoidalPositionalEmbedding,
+    )
+
+    theirs = MarianSinusoidalPositionalEmbedding(40, d_model).create_weight().numpy()
+    ours = keras.ops.convert_to_numpy(sinusoidal_table(np.arange(40), d_model))
+    order = marian.residual_order(d_model)
+    assert sorted(order) == list(range(d_model))
+    # Float32 angles here, float64 ones cast there: a few ulps of pos * freq.
+    np.testing.assert_allclose(ours, theirs[:, order], atol=1e-5)
+
+
+def _write_config(folder, **changes):
+    path = folder / "config.json"
+    config = json.loads(path.read_text())
+    config.update(changes)
+    path.write_text(json.dumps(config))
+
+
+@pytest.mark.once
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        (dict(model_type="bart"), "model_type 'bart'; only 'marian'"),
+        (dict(activation_function="gelu_new"), "activation_function='gelu_new'"),
+        (dict(decoder_layers=3), "encoder_layers=2 but decoder_layers=3"),
+        (dict(tie_word_embeddings=False), "tie_word_embeddings=false"),
+        (dict(normalize_before=True), "normalize_before=true"),
+    ],
+)
+def test_what_cannot_be_expressed_is_refused_by_name(
+    checkpoints, tmp_path, changes, message
+):
+    import shutil
+
+    folder = tmp_path / "checkpoint"
+    shutil.copytree(checkpoints["relu_shared"][0], folder)
+    _write_config(folder, **changes)
+    with pytest.raises(ValueError, match=message.replace("(", r"\(")) as error:
+        marian.marian_transformer(str(folder))
+    assert "config.json" in str(error.value)
+
+
+@pytest.mark.once
+def test_a_folder_without_a_checkpoint_names_what_it_looked_for(checkpoints, tmp_path):
+    with pytest.raises(FileNotFoundError, match="no config.json"):
+        marian.read_checkpoint(str(tmp_path))
+    config = checkpoints["relu_shared"][0] / "config.json"
+    (tmp_path / "config.json").write_bytes(config.read_bytes())
+    with pytest.raises(FileNotFoundError, match="none of model.safetensors, "):
+        marian.read_checkpoint(str(tmp_path))
+
+
+@pytest.fixture(scope="module")
+def preset(checkpoints):
+    folder, reference = checkpoints["with_tokenizer"]
+    return Translator.from_preset(folder), reference, folder
+
+
+TEXTS = [english(n) for n in NUMBERS] + ["seventy-one quick jumps", ""]
+
+
+@pytest.mark.once
+def test_the_tokenizer_gives_marians_ids(preset):
+    translator, _, folder = preset
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "Recommended: pip install sacremoses"
+        theirs = transformers.MarianTokenizer(
+            *(str(folder / name) for name in ("source.spm", "target.spm", "vocab.json"))
+        )
+    expected = theirs(TEXTS)["input_ids"]
+    with pytest.warns(UserWarning, match="never seen"):
+        ours = translator.encode_sources(TEXTS)
+    tokenizer = translator.tokenizer
+    assert [[int(tokenizer.source_ids[i]) for i in row] for row in ours] == expected
+    assert any(1 in row for row in expected)  # "quick" has pieces not in vocab.json
+    # And back: target pieces through target.spm, as Marian decodes them.
+    words = [german(n) for n in NUMBERS]
+    ids = [theirs(text_target=text)["input_ids"][:-1] for text in words]
+    order = our_ids(tokenizer.target_ids, np.arange(len(tokenizer.target_ids) - 1))
+    assert tokenizer.detokenize([[order[i] for i in row] for row in ids]) == [
+        theirs.decode(row, skip_special_tokens=True) for row in ids
+    ]
+
+
+def test_greedy_translations_equal_transformers_generate(preset):
+    """Their generation forbids <pad> (which is also this package's start
+    row) and is not forced to end with </s> at the limit, as the searches
+    here are not."""
+    beam_size = 1
+    translator, reference, _ = preset
+    sources = translator.encode_sources(TEXTS[:6])
+    limits = [len(row) - 1 + 50 for row in sources]
+    expected = []
+    for row, limit in zip(sources, limits, strict=True):
+        marian_ids = [int(translator.tokenizer.source_ids[i]) for i in row]
+        with torch.no_grad():
+            out = reference.generate(
+                torch.tensor([marian_ids]), num_beams=beam_size, do_sample=False,
+                max_new_tokens=limit, bad_words_ids=[[reference.config.pad_token_id]],
+                forced_eos_token_id=None, length_penalty=1.0, early_stopping=True,
+            )[0].tolist()  # fmt: skip
+        expected.append(out[1:])  # without the start id
+    ours = translator.translate_ids(TEXTS[:6], beam_size=beam_size)
+    got = [[int(translator.tokenizer.target_ids[i]) for i in row] for row in ours]
+    assert got == expected
