@@ -258,7 +258,7 @@ def test_torch_has_no_data_parallel():
 
 
 def test_one_process_is_its_own_chief():
-    """keras_transformer.distribute.cluster on one process: identities, and process 0."""
+    """distribute.cluster on one process: identities, and process 0."""
     from keras_transformer.distribute import cluster
 
     assert cluster.process_count() == 1 and cluster.is_chief()
