@@ -298,3 +298,17 @@ def test_greedy_translations_equal_transformers_generate(preset):
     ours = translator.translate_ids(TEXTS[:6], beam_size=beam_size)
     got = [[int(translator.tokenizer.target_ids[i]) for i in row] for row in ours]
     assert got == expected
+
+
+def test_an_imported_translator_saves_and_loads_as_any_other(preset, tmp_path):
+    from keras_transformer.translate.evaluation import load_translator
+
+    translator, _, _ = preset
+    translator.save(tmp_path / "imported.keras")
+    loaded = load_translator(str(tmp_path / "imported.keras"))
+    assert type(loaded.tokenizer).__name__ == "MarianTokenizer"
+    texts = TEXTS[:4]
+    assert loaded.tokenizer.tokenize(texts) == translator.tokenizer.tokenize(texts)
+    assert loaded.translate(texts, beam_size=1) == translator.translate(
+        texts, beam_size=1
+    )

@@ -50,7 +50,8 @@ class MarianTokenizer(keras.layers.Layer):
     """
 
     def __init__(self, special, sizes, folder=None, **kwargs):
-        super().__init__(trainable=False, **kwargs)
+        kwargs["trainable"] = False  # no weights: files
+        super().__init__(**kwargs)
         self.special = {
             name: int(special[name]) for name in ("pad", "start", "end", "unk")
         }
