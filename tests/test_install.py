@@ -32,6 +32,7 @@ COMMANDS = (
     "kt-launch",
     "kt-export",
     "kt-serve",
+    "kt-import",
 )
 SMALL_RUN = [
     "--task", "numbers", "--train-size", "200", "--val-size", "8",

@@ -9,7 +9,12 @@ reports (``logits[..., i]`` here is Marian's ``logits[..., target_ids[i]]``).
 
 import io
 import json
+import os
+import shutil
+import subprocess
+import sys
 import warnings
+from pathlib import Path
 
 import keras
 import numpy as np
@@ -23,6 +28,7 @@ from keras_transformer.layers.position import sinusoidal_table
 from keras_transformer.pretrained import marian
 from keras_transformer.special_tokens import END_ID, PAD_ID, START_ID, UNK_ID
 
+REPO = Path(__file__).resolve().parents[1]
 VOCAB, PAD = 50, 49  # Marian's layout: </s> 0, <unk> 1, <pad> the last id
 NUMBERS = [1, 7, 12, 21, 40, 99, 101, 345, 1000, 2024, 70001, 999999]
 # The checkpoint families' differences, each in one small config: swish
@@ -312,3 +318,71 @@ def test_an_imported_translator_saves_and_loads_as_any_other(preset, tmp_path):
     assert loaded.translate(texts, beam_size=1) == translator.translate(
         texts, beam_size=1
     )
+
+
+# -- kt-import, from a folder or the hub's cache -------------------------------
+
+SNAPSHOT = "0123456789abcdef0123456789abcdef01234567"
+
+
+def hub_cache(root, repo, folder):
+    """A Hugging Face cache holding ``folder`` as the snapshot of ``repo``'s
+    main branch, laid out as huggingface_hub lays out what it downloads."""
+    base = root / f"models--{repo.replace('/', '--')}"
+    (base / "refs").mkdir(parents=True)
+    (base / "refs" / "main").write_text(SNAPSHOT)
+    shutil.copytree(folder, base / "snapshots" / SNAPSHOT)
+    return root
+
+
+def kt_import(*args, cache):
+    env = dict(
+        os.environ, HF_HUB_OFFLINE="1", HF_HUB_CACHE=str(cache), PYTHONPATH=str(REPO)
+    )
+    return subprocess.run(
+        [sys.executable, "-m", "keras_transformer.cli.import_checkpoint", *args],
+        env=env, cwd=REPO, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+
+
+@pytest.mark.once
+@pytest.mark.slow
+def test_kt_import_reads_the_hub_cache_offline(preset, tmp_path):
+    from keras_transformer.translate.evaluation import load_translator
+
+    translator, _, folder = preset
+    cache = hub_cache(tmp_path / "hub", "test-owner/opus-mt-tiny", folder)
+    out = tmp_path / "runs" / "imported.keras"
+    done = kt_import("hf://test-owner/opus-mt-tiny", "--out", str(out), cache=cache)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.startswith(f"wrote {out}")
+    texts = TEXTS[:4]
+    assert load_translator(str(out)).translate(texts, beam_size=1) == (
+        translator.translate(texts, beam_size=1)
+    )
+    # An existing file is kept; a repository missing from the cache, offline,
+    # is one line naming it and the cache.
+    before = out.read_bytes()
+    done = kt_import("hf://test-owner/opus-mt-tiny", "--out", str(out), cache=cache)
+    assert done.returncode == 2 and "--overwrite" in done.stderr
+    missing = kt_import("hf://test-owner/absent", "--out", str(tmp_path / "x.keras"),
+                        cache=cache)  # fmt: skip
+    assert missing.returncode == 2
+    line = missing.stderr.strip()
+    assert len(line.splitlines()) == 1, line
+    assert "test-owner/absent is not in the Hugging Face cache" in line
+    assert str(cache) in line and "HF_HUB_OFFLINE" in line
+    assert out.read_bytes() == before
+    assert sorted(p.name for p in out.parent.iterdir()) == ["imported.keras"]
+
+
+@pytest.mark.once
+def test_a_pytorch_bin_checkpoint_reads_as_its_safetensors(checkpoints, tmp_path):
+    folder, reference = checkpoints["gelu_separate"]
+    (tmp_path / "config.json").write_bytes((folder / "config.json").read_bytes())
+    torch.save(reference.state_dict(), tmp_path / "pytorch_model.bin")
+    from_bin = marian.read_checkpoint(str(tmp_path)).weights
+    from_safetensors = marian.read_checkpoint(str(folder)).weights
+    assert sorted(from_bin) == sorted(from_safetensors)
+    for path, value in from_safetensors.items():
+        np.testing.assert_array_equal(from_bin[path], value, err_msg=path)

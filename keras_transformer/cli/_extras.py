@@ -29,6 +29,10 @@ NEEDS = {
         {"starlette": "serve", "uvicorn": "serve", "prometheus_client": "serve"},
     ),
     "plot": ("kt-attention", {"matplotlib": "plot"}),
+    "pretrained": (
+        "kt-import",
+        {"safetensors": "pretrained", "sentencepiece": "pretrained"},
+    ),
     "score": ("kt-evaluate", {"sacrebleu": "text"}),
 }
 

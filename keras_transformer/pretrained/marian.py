@@ -269,86 +269,116 @@ def _single(value, name):
     return int(value)
 
 
+class _Tensors:
+    """Marian's tensors, read into Keras' layout: ``(in, out)`` kernels with
+    the residual stream's coordinates in §3.5's order; remembers which were
+    used."""
+
+    def __init__(self, tensors, d_model, folder):
+        self.tensors, self.folder = tensors, folder
+        self.order = residual_order(d_model)
+        self.used = set()
+
+    def take(self, name):
+        if name not in self.tensors:
+            raise ValueError(f"{self.folder}: the checkpoint has no tensor {name!r}")
+        self.used.add(name)
+        return self.tensors[name]
+
+    def first(self, *names):
+        """The first of ``names`` the checkpoint has (tied copies are saved
+        once, under one of them)."""
+        found = [name for name in names if name in self.tensors]
+        return self.take(found[0] if found else names[0])
+
+    def reads(self, name):
+        """A Linear reading the residual stream: its rows permuted."""
+        return self.take(f"{name}.weight").T[self.order, :], self.take(f"{name}.bias")
+
+    def writes(self, name):
+        """A Linear writing to the residual stream: its columns permuted."""
+        weight, bias = self.take(f"{name}.weight"), self.take(f"{name}.bias")
+        return weight.T[:, self.order], bias[self.order]
+
+    def norm(self, name):
+        order = self.order
+        return self.take(f"{name}.weight")[order], self.take(f"{name}.bias")[order]
+
+    def unused(self):
+        skipped = ("encoder.embed_tokens.weight", "decoder.embed_tokens.weight")
+        return sorted(
+            name for name in set(self.tensors) - self.used
+            if not name.endswith("embed_positions.weight")  # the fixed sinusoid
+            and name not in skipped
+        )  # fmt: skip
+
+
+_ATTENTIONS = {"self_attention": "self_attn", "cross_attention": "encoder_attn"}
+_PROJECTIONS = (("query", "q"), ("key", "k"), ("value", "v"))
+
+
+def _embedding_weights(read, shared, source_ids, target_ids):
+    """The embeddings (rows reordered, columns permuted) and the logits bias."""
+    order = read.order
+    source = read.first("encoder.embed_tokens.weight", "shared.weight")
+    target = read.first("decoder.embed_tokens.weight", "shared.weight")
+    bias = read.take("final_logits_bias")[0]
+    if "lm_head.weight" in read.tensors:  # saved tied: the same matrix
+        if not np.array_equal(read.take("lm_head.weight"), target):
+            raise ValueError(
+                f"{read.folder}: lm_head.weight differs from the decoder "
+                "embedding; an untied output projection cannot be imported"
+            )
+    if shared:
+        return {
+            "shared_embedding/embeddings": source[source_ids][:, order],
+            "shared_embedding/logits_bias": bias[source_ids],
+        }
+    return {
+        "source_embedding/embeddings": source[source_ids][:, order],
+        "target_embedding/embeddings": target[target_ids][:, order],
+        "target_embedding/logits_bias": bias[target_ids],
+    }
+
+
+def _block_weights(read, side, i):
+    """One encoder or decoder layer's weights, by Keras path."""
+    theirs, ours = f"{side}.layers.{i}", f"{side}_block_{i}"
+    out = {}
+    attentions = ["self_attention"] + (["cross_attention"] if side == "decoder" else [])
+    for attention in attentions:
+        prefix = f"{theirs}.{_ATTENTIONS[attention]}"
+        for keras_name, hf_name in _PROJECTIONS:
+            kernel, bias = read.reads(f"{prefix}.{hf_name}_proj")
+            out[f"{ours}/{attention}/{keras_name}/kernel"] = kernel
+            out[f"{ours}/{attention}/{keras_name}/bias"] = bias
+        kernel, bias = read.writes(f"{prefix}.out_proj")
+        out[f"{ours}/{attention}/attention_output/kernel"] = kernel
+        out[f"{ours}/{attention}/attention_output/bias"] = bias
+        gamma, beta = read.norm(f"{prefix}_layer_norm")
+        out[f"{ours}/{attention}_norm/gamma"] = gamma
+        out[f"{ours}/{attention}_norm/beta"] = beta
+    kernel, bias = read.reads(f"{theirs}.fc1")
+    out[f"{ours}/ffn_inner/kernel"], out[f"{ours}/ffn_inner/bias"] = kernel, bias
+    kernel, bias = read.writes(f"{theirs}.fc2")
+    out[f"{ours}/ffn_outer/kernel"], out[f"{ours}/ffn_outer/bias"] = kernel, bias
+    gamma, beta = read.norm(f"{theirs}.final_layer_norm")
+    out[f"{ours}/ffn_norm/gamma"], out[f"{ours}/ffn_norm/beta"] = gamma, beta
+    return out
+
+
 def _our_weights(tensors, arguments, source_ids, target_ids, folder):
     """Keras path -> array: Marian's tensors transposed to Keras' ``(in,
     out)`` kernels, their residual coordinates permuted, vocabularies
-    reordered."""
-    order = residual_order(arguments["d_model"])
-    used = set()
-
-    def take(name):
-        if name not in tensors:
-            raise ValueError(f"{folder}: the checkpoint has no tensor {name!r}")
-        used.add(name)
-        return tensors[name]
-
-    def first(*names):
-        for name in names:
-            if name in tensors:
-                return take(name)
-        return take(names[0])
-
-    def reads(name):  # a Linear reading the residual stream: rows permuted
-        return take(f"{name}.weight").T[order, :], take(f"{name}.bias")
-
-    def writes(name):  # a Linear writing to it: columns permuted
-        return take(f"{name}.weight").T[:, order], take(f"{name}.bias")[order]
-
-    def norm(name):
-        return take(f"{name}.weight")[order], take(f"{name}.bias")[order]
-
-    out = {}
-    source = first("encoder.embed_tokens.weight", "shared.weight")
-    target = first("decoder.embed_tokens.weight", "shared.weight")
-    if arguments["share_embeddings"]:
-        out["shared_embedding/embeddings"] = source[source_ids][:, order]
-        out["shared_embedding/logits_bias"] = take("final_logits_bias")[0][source_ids]
-    else:
-        out["source_embedding/embeddings"] = source[source_ids][:, order]
-        out["target_embedding/embeddings"] = target[target_ids][:, order]
-        out["target_embedding/logits_bias"] = take("final_logits_bias")[0][target_ids]
-    if "lm_head.weight" in tensors:  # saved tied: the same matrix
-        if not np.array_equal(take("lm_head.weight"), target):
-            raise ValueError(
-                f"{folder}: lm_head.weight differs from the decoder embedding; an "
-                "untied output projection cannot be imported"
-            )
-    attentions = {"self_attention": "self_attn", "cross_attention": "encoder_attn"}
+    reordered; every tensor of the checkpoint used (but the sinusoid's)."""
+    read = _Tensors(tensors, arguments["d_model"], folder)
+    out = _embedding_weights(
+        read, arguments["share_embeddings"], source_ids, target_ids
+    )
     for side in ("encoder", "decoder"):
         for i in range(arguments["num_layers"]):
-            theirs, ours = f"{side}.layers.{i}", f"{side}_block_{i}"
-            names = ["self_attention"] + (
-                ["cross_attention"] if side == "decoder" else []
-            )
-            for attention in names:
-                prefix = f"{theirs}.{attentions[attention]}"
-                for keras_name, hf_name in (
-                    ("query", "q"),
-                    ("key", "k"),
-                    ("value", "v"),
-                ):
-                    kernel, bias = reads(f"{prefix}.{hf_name}_proj")
-                    out[f"{ours}/{attention}/{keras_name}/kernel"] = kernel
-                    out[f"{ours}/{attention}/{keras_name}/bias"] = bias
-                kernel, bias = writes(f"{prefix}.out_proj")
-                out[f"{ours}/{attention}/attention_output/kernel"] = kernel
-                out[f"{ours}/{attention}/attention_output/bias"] = bias
-                gamma, beta = norm(f"{prefix}_layer_norm")
-                out[f"{ours}/{attention}_norm/gamma"] = gamma
-                out[f"{ours}/{attention}_norm/beta"] = beta
-            out[f"{ours}/ffn_inner/kernel"], out[f"{ours}/ffn_inner/bias"] = reads(
-                f"{theirs}.fc1"
-            )
-            out[f"{ours}/ffn_outer/kernel"], out[f"{ours}/ffn_outer/bias"] = writes(
-                f"{theirs}.fc2"
-            )
-            gamma, beta = norm(f"{theirs}.final_layer_norm")
-            out[f"{ours}/ffn_norm/gamma"], out[f"{ours}/ffn_norm/beta"] = gamma, beta
-    unused = sorted(
-        name for name in set(tensors) - used
-        if not name.endswith("embed_positions.weight")  # the fixed sinusoid
-        and name not in ("encoder.embed_tokens.weight", "decoder.embed_tokens.weight")
-    )  # fmt: skip
+            out.update(_block_weights(read, side, i))
+    unused = read.unused()
     if unused:
         raise ValueError(
             f"{folder}: tensors this architecture has no place for: {unused[:8]}"
