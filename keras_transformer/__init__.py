@@ -53,6 +53,7 @@ _PUBLIC = {
     "Translator": "keras_transformer.translate.keras_translator",
     "inference_copy": "keras_transformer.translate.keras_translator",
     "TranslatorBase": "keras_transformer.translate.base",
+    "MarianTokenizer": "keras_transformer.pretrained.marian_tokenizer",
 }
 
 __all__ = sorted(_PUBLIC)

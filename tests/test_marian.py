@@ -386,3 +386,23 @@ def test_a_pytorch_bin_checkpoint_reads_as_its_safetensors(checkpoints, tmp_path
     assert sorted(from_bin) == sorted(from_safetensors)
     for path, value in from_safetensors.items():
         np.testing.assert_array_equal(from_bin[path], value, err_msg=path)
+
+
+@pytest.mark.once
+def test_the_finetuning_script_trains_an_imported_model(preset, tmp_path, capsys):
+    from training import finetune_marian
+
+    _, _, folder = preset
+    numbers = range(3, 3000, 47)
+    (tmp_path / "train.en").write_text("".join(f"{english(n)}\n" for n in numbers))
+    (tmp_path / "train.de").write_text("".join(f"{german(n)}\n" for n in numbers))
+    out = tmp_path / "finetuned" / "translator.keras"
+    history = finetune_marian.main(
+        ["--preset", str(folder), "--source", str(tmp_path / "train.en"),
+         "--target", str(tmp_path / "train.de"), "--out", str(out), "--epochs", "8",
+         "--batch-size", "16", "--learning-rate", "1e-2"]
+    )  # fmt: skip
+    losses = history.history["loss"]
+    assert losses[-1] < 0.8 * losses[0], losses
+    assert out.is_file()
+    assert f"  {english(3)}  ->  " in capsys.readouterr().out

@@ -52,12 +52,11 @@ def main(argv=None):
         require("pretrained")
         start_engine("keras", args.verbose)
     from keras_transformer.atomic import DiskFullError, save_model_atomic
-    from keras_transformer.pretrained.hub import local_folder
     from keras_transformer.translate.keras_translator import Translator
 
     try:
         with exit_if_missing(parser.prog, "pretrained"):
-            translator = Translator.from_preset(local_folder(args.source))
+            translator = Translator.from_preset(args.source)
     except (OSError, ValueError) as error:
         fail(str(error))
     parent = os.path.dirname(os.path.abspath(args.out))

@@ -141,6 +141,18 @@ class MarianTokenizer(keras.layers.Layer):
             rows.append([int(self._ours[i]) for i in marian])
         return rows
 
+    def tokenize_targets(self, texts):
+        """This package's target ids of each text (``target.spm`` and the
+        target vocabulary), without the end id: a fine-tuning corpus's
+        translations."""
+        rows = []
+        for text in texts:
+            pieces = self._target.encode(text, out_type=str)
+            unknown = self._target_vocabulary[UNKNOWN]
+            marian = [self._target_vocabulary.get(p, unknown) for p in pieces]
+            rows.append([int(self._ours_target[i]) for i in marian])
+        return rows
+
     def detokenize(self, rows):
         """Texts from rows of this package's target ids (special ids left out
         by the caller), through ``target.spm``."""

@@ -159,6 +159,7 @@ def load_translator(path):
     import sentencepiece  # noqa: F401
 
     import keras_transformer.model  # noqa: F401
+    import keras_transformer.pretrained.marian_tokenizer  # noqa: F401
     from keras_transformer.translate.keras_translator import Translator
 
     try:

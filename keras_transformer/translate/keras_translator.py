@@ -166,7 +166,8 @@ class Translator(TranslatorBase, keras.Model):
             source: a Marian / OPUS-MT checkpoint folder in Hugging Face's
                 layout (``config.json``, ``model.safetensors`` or
                 ``pytorch_model.bin``, ``source.spm``, ``target.spm``,
-                ``vocab.json``).
+                ``vocab.json``), or ``hf://owner/name``: such a folder from
+                the Hugging Face cache, downloaded into it if need be.
             dtype: optional dtype policy for the transformer.
             **kwargs: ``Translator`` arguments (``max_output_length``, ...).
 
@@ -174,9 +175,10 @@ class Translator(TranslatorBase, keras.Model):
         (``keras_transformer.pretrained.marian`` says how); the translator
         translates, trains and saves like one built here.
         """
+        from keras_transformer.pretrained.hub import local_folder
         from keras_transformer.pretrained.preset import marian_parts
 
-        tokenizer, transformer = marian_parts(source, dtype=dtype)
+        tokenizer, transformer = marian_parts(local_folder(source), dtype=dtype)
         return cls(tokenizer, transformer, **kwargs)
 
     def export(self, filepath, format="tf_saved_model", **kwargs):
