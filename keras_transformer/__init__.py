@@ -6,7 +6,8 @@ allocator) are the commands' choice, made in their ``main``.
 
 The subsystems, top down: ``cli`` (the commands) over ``serving`` and
 ``export``, over ``trainer`` and ``translate`` (the translator interface and
-its engines), over ``search`` (greedy and beam search), ``model`` (Figure 1),
+its engines), over ``pretrained`` (checkpoints trained elsewhere), over
+``search`` (greedy and beam search), ``model`` (Figure 1),
 ``layers`` (§3), ``data``, ``distribute`` and the private ``_guards``.
 ``docs/design.md`` draws the graph.
 """

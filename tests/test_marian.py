@@ -27,6 +27,7 @@ from keras_transformer.data.numbers import english, german
 from keras_transformer.layers.position import sinusoidal_table
 from keras_transformer.pretrained import marian
 from keras_transformer.special_tokens import END_ID, PAD_ID, START_ID, UNK_ID
+from tests import subprocess_coverage
 
 REPO = Path(__file__).resolve().parents[1]
 VOCAB, PAD = 50, 49  # Marian's layout: </s> 0, <unk> 1, <pad> the last id
@@ -336,8 +337,13 @@ def hub_cache(root, repo, folder):
 
 
 def kt_import(*args, cache):
-    env = dict(
-        os.environ, HF_HUB_OFFLINE="1", HF_HUB_CACHE=str(cache), PYTHONPATH=str(REPO)
+    env = subprocess_coverage.environment(
+        dict(
+            os.environ,
+            HF_HUB_OFFLINE="1",
+            HF_HUB_CACHE=str(cache),
+            PYTHONPATH=str(REPO),
+        )
     )
     return subprocess.run(
         [sys.executable, "-m", "keras_transformer.cli.import_checkpoint", *args],
