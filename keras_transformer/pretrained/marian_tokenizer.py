@@ -56,7 +56,7 @@ class MarianTokenizer(keras.layers.Layer):
             name: int(special[name]) for name in ("pad", "start", "end", "unk")
         }
         self.sizes = tuple(int(size) for size in sizes)
-        self.proto = self._target_proto = None
+        self.proto = None
         self._files = {}
         if folder is not None:
             self._read(folder)
@@ -88,7 +88,6 @@ class MarianTokenizer(keras.layers.Layer):
         if UNKNOWN not in source or UNKNOWN not in target:
             raise ValueError(f"{VOCABULARY} has no {UNKNOWN} piece")
         self._source_vocabulary = source
-        self._marian_unknown = source[UNKNOWN]
         for name, vocabulary, size in (
             ("source", source, self.sizes[0]),
             ("target", target, self.sizes[1]),
@@ -108,7 +107,6 @@ class MarianTokenizer(keras.layers.Layer):
         self._source = spm.SentencePieceProcessor(model_proto=files[SOURCE_MODEL])
         self._target = spm.SentencePieceProcessor(model_proto=files[TARGET_MODEL])
         self.proto = files[SOURCE_MODEL]
-        self._target_proto = files[TARGET_MODEL]
 
     def save_assets(self, dir_path):
         for name, data in self._files.items():
@@ -135,23 +133,21 @@ class MarianTokenizer(keras.layers.Layer):
             if text.startswith(">>") and (end := text.find("<<")) != -1:
                 code, text = [text[: end + 2]], text[end + 2 :]
             pieces = code + self._source.encode(text, out_type=str)
-            marian = [
-                self._source_vocabulary.get(p, self._marian_unknown) for p in pieces
-            ]
-            rows.append([int(self._ours[i]) for i in marian])
+            rows.append(_our_ids(pieces, self._source_vocabulary, self._ours))
         return rows
 
     def tokenize_targets(self, texts):
         """This package's target ids of each text (``target.spm`` and the
         target vocabulary), without the end id: a fine-tuning corpus's
         translations."""
-        rows = []
-        for text in texts:
-            pieces = self._target.encode(text, out_type=str)
-            unknown = self._target_vocabulary[UNKNOWN]
-            marian = [self._target_vocabulary.get(p, unknown) for p in pieces]
-            rows.append([int(self._ours_target[i]) for i in marian])
-        return rows
+        return [
+            _our_ids(
+                self._target.encode(text, out_type=str),
+                self._target_vocabulary,
+                self._ours_target,
+            )
+            for text in texts
+        ]
 
     def detokenize(self, rows):
         """Texts from rows of this package's target ids (special ids left out
@@ -182,6 +178,13 @@ class MarianTokenizer(keras.layers.Layer):
             return RESERVED[piece]
         marian = self._target_vocabulary.get(piece)
         return UNK_ID if marian is None else int(self._ours_target[marian])
+
+
+def _our_ids(pieces, vocabulary, ours):
+    """Pieces to Marian's ids through ``vocabulary`` (``<unk>``'s for a piece
+    it lacks), then to this package's through ``ours``."""
+    unknown = vocabulary[UNKNOWN]
+    return [int(ours[vocabulary.get(piece, unknown)]) for piece in pieces]
 
 
 def _inverse(order):
