@@ -17,40 +17,28 @@ import argparse
 import os
 
 import keras
-import numpy as np
 
 import keras_transformer as kt
 from keras_transformer import data
 from keras_transformer.trainer.callbacks import TimeBudget
 
-START_ID, END_ID = data.START_ID, data.END_ID  # the reserved ids (special_tokens)
+END_ID = data.END_ID  # the reserved id the translators append (special_tokens)
 
 
-def batches(tokenizer, sources, targets, batch_size, max_length):
-    """``(inputs, labels)`` arrays: sources with the end id, decoder inputs
-    from the start id, labels ending with the end id, all cut to
-    ``max_length`` and padded with 0 to the longest row of each batch."""
-    source_ids = [
-        row[: max_length - 1] + [END_ID] for row in tokenizer.tokenize(sources)
-    ]
-    target_ids = [row[: max_length - 1] for row in tokenizer.tokenize_targets(targets)]
-    out = []
-    for start in range(0, len(source_ids), batch_size):
-        src = source_ids[start : start + batch_size]
-        tgt = target_ids[start : start + batch_size]
-        x = {
-            "encoder_inputs": _pad(src),
-            "decoder_inputs": _pad([[START_ID, *row] for row in tgt]),
-        }
-        out.append((x, _pad([[*row, END_ID] for row in tgt])))
-    return out
-
-
-def _pad(rows):
-    array = np.zeros((len(rows), max(len(row) for row in rows)), "int32")
-    for i, row in enumerate(rows):
-        array[i, : len(row)] = row
-    return array
+def batches(tokenizer, sources, targets, batch_tokens, max_length):
+    """Pairs of similar length padded to one length per bucket (§5.1), as in
+    training/parallel_corpus.py: sources spelt with the source model and
+    ending with the end id, translations with the target model (the dataset
+    adds the start and end ids)."""
+    src_ids = [row[: max_length - 1] + [END_ID] for row in tokenizer.tokenize(sources)]
+    tgt_ids = [row[: max_length - 1] for row in tokenizer.tokenize_targets(targets)]
+    longest = max(
+        max(len(s), len(t) + 1) for s, t in zip(src_ids, tgt_ids, strict=True)
+    )
+    boundaries = data.bucket_boundaries(
+        min(longest, max_length), **data.TRAINING_BUCKETS
+    )
+    return data.BucketedDataset(src_ids, tgt_ids, batch_tokens, boundaries)
 
 
 def main(argv=None):
@@ -61,7 +49,7 @@ def main(argv=None):
     parser.add_argument("--out", default="runs/finetuned/translator.keras")
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--minutes", type=float, default=30.0, help="time budget")
-    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--batch-tokens", type=int, default=2048)
     parser.add_argument("--learning-rate", type=float, default=5e-5)
     args = parser.parse_args(argv)
     keras.utils.set_random_seed(0)
@@ -78,13 +66,12 @@ def main(argv=None):
         metrics=[kt.MaskedAccuracy()],
     )
     length = model.max_length
-    train = batches(translator.tokenizer, sources, targets, args.batch_size, length)
+    train = batches(translator.tokenizer, sources, targets, args.batch_tokens, length)
     history = model.fit(
-        _repeat(train),
-        steps_per_epoch=len(train),
+        train,
         epochs=args.epochs,
         callbacks=[TimeBudget(60 * args.minutes)],
-        shuffle=False,  # _repeat draws the batches' order every epoch
+        shuffle=False,  # the dataset draws its own order every epoch
     )
 
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
@@ -93,13 +80,6 @@ def main(argv=None):
     for source, old, new in zip(shown, before, after, strict=True):
         print(f"  {source}  ->  {old}  =>  {new}")
     return history
-
-
-def _repeat(items):
-    rng = np.random.default_rng(0)
-    while True:
-        for i in rng.permutation(len(items)):
-            yield items[i]
 
 
 if __name__ == "__main__":
