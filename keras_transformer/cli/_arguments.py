@@ -66,21 +66,28 @@ def _checked_by(parse, check, name):
 
 
 def add_search_arguments(parser, batch_size=False):
-    """--beam-size and --length-penalty (and --batch-size), their defaults
-    and checks those of ``SearchOptions`` (the paper's, §6.1)."""
+    """--beam-size, --length-penalty and --length-penalty-form (and
+    --batch-size), checked as ``SearchOptions`` checks them; left out, the
+    model's own (``default_search``: the paper's, §6.1, for a model trained
+    here; its generation config's for an imported one)."""
     parser.add_argument(
         "--beam-size",
         type=_checked_by(int, options.check_beam_size, "beam_size"),
-        default=options.BEAM_SIZE,
-        help="hypotheses kept per sentence (default %(default)s, the paper's; "
-        "1 = greedy)",
+        help="hypotheses kept per sentence (default: the model's; the paper's "
+        f"{options.BEAM_SIZE} for a model trained here; 1 = greedy)",
     )
     parser.add_argument(
         "--length-penalty",
         type=_checked_by(float, options.check_length_penalty, "length_penalty"),
-        default=options.LENGTH_PENALTY,
-        help="alpha of the length penalty ((5 + |Y|) / 6) ** alpha "
-        "(default %(default)s)",
+        help="alpha of the length penalty (default: the model's; the paper's "
+        f"{options.LENGTH_PENALTY} for a model trained here)",
+    )
+    parser.add_argument(
+        "--length-penalty-form",
+        choices=options.LENGTH_PENALTY_FORMS,
+        help="gnmt: the paper's search, ((5 + |Y|) / 6) ** alpha; transformers: "
+        "transformers' generate, |Y| ** alpha (default: the model's; gnmt for "
+        "a model trained here)",
     )
     if batch_size:
         parser.add_argument(
@@ -91,15 +98,28 @@ def add_search_arguments(parser, batch_size=False):
         )
 
 
-def search_options(args, **fields):
-    """The ``SearchOptions`` of a command with ``add_search_arguments``,
-    with ``fields`` added (``verbose=1``: progress on stderr)."""
-    return options.SearchOptions(
-        beam_size=args.beam_size,
-        length_penalty=args.length_penalty,
-        batch_size=getattr(args, "batch_size", None),
-        **fields,
+def add_target_language_argument(parser):
+    """--target-language, for a model that translates into several."""
+    parser.add_argument(
+        "--target-language",
+        help="the language to translate into, for a model that translates "
+        "into several (an imported multi-target Marian model: fra for >>fra<<)",
     )
+
+
+SEARCH_FLAGS = ("beam_size", "length_penalty", "length_penalty_form", "batch_size")
+
+
+def search_options(args, translator, **fields):
+    """The ``SearchOptions`` of a command with ``add_search_arguments``: the
+    translator's own, with the flags given and ``fields`` replacing its
+    fields (``verbose=1``: progress on stderr)."""
+    given = {
+        name: getattr(args, name)
+        for name in SEARCH_FLAGS
+        if getattr(args, name, None) is not None
+    }
+    return translator.search_options(**given, **fields)
 
 
 VERBOSE_HELP = (

@@ -32,6 +32,7 @@ import keras
 from keras_transformer.cli._arguments import (
     add_model_argument,
     add_search_arguments,
+    add_target_language_argument,
     add_verbose_argument,
     model_engine,
     search_options,
@@ -74,6 +75,7 @@ def _parser():
     )
     parser.add_argument("--hypotheses", help="also write the translations here")
     add_search_arguments(parser, batch_size=True)
+    add_target_language_argument(parser)
     parser.add_argument(
         "--checkpoint", help="a training checkpoint folder whose weights to use"
     )
@@ -134,8 +136,13 @@ def main(argv=None):
             fail(f"--checkpoint: {args.model} is an export, not a translator.keras")
         _load_checkpoint(translator, args, fail)
 
+    try:
+        sources = translator.with_target_language(sources, args.target_language)
+    except ValueError as error:
+        fail(str(error))
+    search = search_options(args, translator, verbose=1)
     start = time.perf_counter()
-    hypotheses = translator.translate(sources, search_options(args, verbose=1))
+    hypotheses = translator.translate(sources, search)
     seconds = time.perf_counter() - start
 
     result = score(hypotheses, references)
@@ -144,8 +151,9 @@ def main(argv=None):
         checkpoint=args.checkpoint,
         source=args.source,
         reference=args.reference,
-        beam_size=args.beam_size,
-        length_penalty=args.length_penalty,
+        beam_size=search.beam_size,
+        length_penalty=search.length_penalty,
+        length_penalty_form=search.length_penalty_form,
         backend=keras.backend.backend(),
         engine=translator.engine,
         seconds=round(seconds, 3),

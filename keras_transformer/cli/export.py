@@ -4,6 +4,8 @@
         --out runs/multi30k/ct2 [--quantization int8]
     kt-export --model runs/multi30k/translator.keras --format saved_model \\
         --out runs/multi30k/saved_model [--beam-size 4 --length-penalty 0.6]
+    kt-export --model runs/multi30k/translator.keras --format marian \\
+        --out runs/multi30k/marian [--beam-size 4 --length-penalty 0.6]
 
 ``ctranslate2`` writes a CTranslate2 model directory with the tokenizer
 beside it; ``kt-translate`` and ``kt-evaluate`` take that directory as
@@ -12,9 +14,15 @@ loads it in Python. ``saved_model`` writes a TensorFlow SavedModel whose
 signature ``translate`` maps strings (``texts``) to strings
 (``translations``), the tokenizer and the beam search inside the graph, for
 ``tf.saved_model.load`` or TensorFlow Serving; its beam size and length
-penalty are fixed when it is written. An existing non-empty ``--out`` is
-kept unless ``--overwrite`` is given; nothing half-written is left behind.
-A missing or damaged model stops the run with exit status 2 and one line.
+penalty are fixed when it is written. ``marian`` writes a Marian checkpoint
+folder in Hugging Face's layout (``config.json``, ``model.safetensors``,
+``source.spm``, ``target.spm``, ``vocab.json``, and ``generation_config.json``
+with the beam size and length penalty), which transformers' ``MarianMTModel``
+and ``MarianTokenizer`` load and ``Translator.from_preset`` imports back
+(``keras_transformer.pretrained.marian_export``). An existing non-empty
+``--out`` is kept unless ``--overwrite`` is given; nothing half-written is
+left behind. A missing or damaged model stops the run with exit status 2 and
+one line.
 """
 
 import argparse
@@ -27,10 +35,9 @@ from keras_transformer.cli._arguments import (
 )
 from keras_transformer.cli._extras import exit_if_missing
 from keras_transformer.cli._process import prepare_process, start_engine
-from keras_transformer.search.options import SearchOptions
 from keras_transformer.translate.evaluation import ModelFileError, load_translator
 
-FORMATS = ("ctranslate2", "saved_model")
+FORMATS = ("ctranslate2", "saved_model", "marian")
 
 
 def _parser():
@@ -64,11 +71,12 @@ def main(argv=None):
     if args.format == "ctranslate2":
         given = [
             option
-            for option, value, default in (
-                ("--beam-size", args.beam_size, SearchOptions.beam_size),
-                ("--length-penalty", args.length_penalty, SearchOptions.length_penalty),
+            for option, value in (
+                ("--beam-size", args.beam_size),
+                ("--length-penalty", args.length_penalty),
+                ("--length-penalty-form", args.length_penalty_form),
             )
-            if value != default
+            if value is not None
         ]
         if given:
             # The search of a CTranslate2 model is chosen per call.
@@ -94,13 +102,22 @@ def main(argv=None):
                 quantization=args.quantization,
                 overwrite=args.overwrite,
             )
+        elif args.format == "marian":
+            from keras_transformer.pretrained.marian_export import write_marian
+
+            path = write_marian(
+                translator,
+                args.out,
+                overwrite=args.overwrite,
+                search=search_options(args, translator),
+            )
         else:
             from keras_transformer.export.saved_model import export_saved_model
 
             path = export_saved_model(
                 translator,
                 args.out,
-                search=search_options(args),
+                search=search_options(args, translator),
                 overwrite=args.overwrite,
             )
     except (FileExistsError, ImportError, ValueError) as error:

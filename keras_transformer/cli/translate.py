@@ -25,6 +25,7 @@ import sys
 from keras_transformer.cli._arguments import (
     add_model_argument,
     add_search_arguments,
+    add_target_language_argument,
     add_verbose_argument,
     model_engine,
     positive_int,
@@ -74,12 +75,13 @@ def main(argv=None, stdin=None, stdout=None):
     add_model_argument(parser)
     add_verbose_argument(parser)
     add_search_arguments(parser, batch_size=True)
+    add_target_language_argument(parser)
     parser.add_argument(
         "--n-best", type=positive_int, help="print the N best (N <= --beam-size)"
     )
     parser.add_argument("sentences", nargs="*", help="default: lines of stdin")
     args = parser.parse_args(argv)
-    if args.n_best is not None and args.n_best > args.beam_size:
+    if args.n_best is not None and args.n_best > (args.beam_size or args.n_best):
         parser.error(
             f"--n-best {args.n_best} is more than --beam-size {args.beam_size}"
         )
@@ -95,18 +97,24 @@ def main(argv=None, stdin=None, stdout=None):
             parser.exit(2, f"{parser.prog}: error: {error}\n")
     try:
         sentences = read_sentences(args.sentences, stdin)
+        sentences = translator.with_target_language(sentences, args.target_language)
     except ValueError as error:
         parser.exit(2, f"{parser.prog}: error: {error}\n")
-    if args.n_best is not None:
-        n_best = translator.n_best(
-            sentences, n=args.n_best, search=search_options(args, verbose=1)
+    search = search_options(args, translator, verbose=1)
+    if args.n_best is not None and args.n_best > search.beam_size:
+        parser.exit(
+            2,
+            f"{parser.prog}: error: --n-best {args.n_best} is more than the "
+            f"model's beam size {search.beam_size}\n",
         )
+    if args.n_best is not None:
+        n_best = translator.n_best(sentences, n=args.n_best, search=search)
         for hypotheses in n_best:
             for text, score in hypotheses:
                 print(f"{score:.4f}\t{text}", file=stdout)
             print(file=stdout)
         return n_best
-    translations = translator.translate(sentences, search_options(args, verbose=1))
+    translations = translator.translate(sentences, search)
     for translation in translations:
         print(translation, file=stdout)
     return translations

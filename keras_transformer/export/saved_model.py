@@ -136,14 +136,18 @@ def export_saved_model(
         ImportError: ``tensorflow`` or ``tensorflow-text`` is not installed.
         RuntimeError: the export subprocess (JAX, PyTorch) failed otherwise.
     """
-    from keras_transformer.search.options import SearchOptions
+    from keras_transformer.search.options import (
+        SearchOptions,
+        refuse_transformers_form,
+    )
 
-    search = SearchOptions.of(search, **options)
+    check_translator(translator)
+    search = translator.search_options(search, **options)
+    refuse_transformers_form(search, "the SavedModel export")
     # A truthy string such as "no" must not replace a directory.
     for name, value in (("overwrite", overwrite), ("jit_compile", jit_compile)):
         if not isinstance(value, bool):
             raise TypeError(f"{name} must be a bool. Received: {name}={value!r}")
-    check_translator(translator)
     # The batch size is fixed in the graph: the translator's default unless given.
     search = SearchOptions.of(
         search, batch_size=search.batch_size_or(translator.default_batch_size)

@@ -6,9 +6,10 @@ projection. What differs is expressed without a new layer:
 
 - **Config fields** (``TransformerConfig``): the feed-forward ``activation``
   (mostly swish, GELU or ReLU), a ``logits_bias`` (``final_logits_bias``),
-  ``layer_norm_epsilon`` 1e-5 (PyTorch's default), ``scale_embeddings`` (the
-  checkpoint's ``scale_embedding``), separate source and target vocabularies
-  (``share_embeddings=False``).
+  ``layer_norm_epsilon`` 1e-5 (PyTorch's default; or the config's own
+  ``layer_norm_epsilon``, which ``marian_export`` writes and transformers
+  ignores), ``scale_embeddings`` (the checkpoint's ``scale_embedding``),
+  separate source and target vocabularies (``share_embeddings=False``).
 - **The sinusoid's layout, by a permutation of the model dimension.** Marian
   puts the sines of all frequencies first, then the cosines; §3.5 interleaves
   them. Nothing else in the model depends on the order of the residual
@@ -112,6 +113,13 @@ def read_config(folder):
     for flag in ("normalize_before", "normalize_embedding", "add_final_layer_norm"):
         if config.get(flag):
             problems.append(f"{flag}=true (the paper's post-LN has no such norm)")
+    epsilon = config.get("layer_norm_epsilon", LAYER_NORM_EPSILON)
+    if (
+        isinstance(epsilon, bool)
+        or not isinstance(epsilon, (int, float))
+        or not (0 < epsilon < 1)
+    ):
+        problems.append(f"layer_norm_epsilon={epsilon!r} (a number in (0, 1))")
     if not config.get("tie_word_embeddings", True):
         problems.append("tie_word_embeddings=false (the output projection here is "
                         "the target embedding)")  # fmt: skip
@@ -136,7 +144,11 @@ def transformer_arguments(config, source_size, target_size):
         "share_embeddings": shared,
         "norm_first": False,
         "max_length": int(config["max_position_embeddings"]),
-        "layer_norm_epsilon": LAYER_NORM_EPSILON,
+        # Not a MarianConfig field: marian_export writes the model's, which
+        # transformers ignores (computing with 1e-5).
+        "layer_norm_epsilon": float(
+            config.get("layer_norm_epsilon", LAYER_NORM_EPSILON)
+        ),
         "activation": ACTIVATIONS[config.get("activation_function", "gelu")],
         "logits_bias": True,
         "scale_embeddings": bool(config.get("scale_embedding", False)),

@@ -164,6 +164,19 @@ class MarianTokenizer(keras.layers.Layer):
     def vocabulary_size(self):
         return len(self.source_ids)
 
+    @property
+    def target_languages(self):
+        """The codes of the vocabulary's target-language tokens (``fra`` for
+        ``>>fra<<``), which a model trained on several target languages
+        reads first in a source; ``()`` for a model of one."""
+        return tuple(
+            sorted(
+                piece[2:-2]
+                for piece in self._source_vocabulary
+                if piece.startswith(">>") and piece.endswith("<<") and len(piece) > 4
+            )
+        )
+
     def id_to_token(self, i):
         """The piece of one of this package's target ids (the reserved ids'
         pieces are this package's: ``<pad>``, ``<s>``, ``</s>``, ``<unk>``)."""

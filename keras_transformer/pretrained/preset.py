@@ -1,4 +1,5 @@
-"""A pretrained checkpoint folder as a tokenizer and a Transformer."""
+"""A pretrained checkpoint folder as a tokenizer, a Transformer and the
+search its generation config asks for."""
 
 import json
 import os
@@ -9,6 +10,7 @@ from keras_transformer.pretrained.marian_tokenizer import (
     VOCABULARY,
     MarianTokenizer,
 )
+from keras_transformer.search.options import SearchOptions
 
 
 def marian_parts(folder, dtype=None):
@@ -28,3 +30,33 @@ def marian_parts(folder, dtype=None):
     transformer, checkpoint = marian_transformer(folder, unk_id=unk_id, dtype=dtype)
     tokenizer = MarianTokenizer(checkpoint.special, checkpoint.sizes, folder=folder)
     return tokenizer, transformer
+
+
+# transformers' defaults for what a generation config leaves out.
+GENERATION_DEFAULTS = {"num_beams": 1, "length_penalty": 1.0}
+
+
+def generation_search(folder, max_length):
+    """``(SearchOptions, max_output_length)``: how transformers' ``generate``
+    searches with the checkpoint, from its ``generation_config.json`` (or,
+    in older checkpoints, the same keys in ``config.json``): its beam size,
+    its length penalty in transformers' form, and its ``max_length`` (which
+    counts the start token) less one, at most the model's ``max_length``.
+    Without either, transformers' defaults: greedy search, α = 1, and the
+    paper's source length + 50 for want of a limit."""
+    settings = {}
+    for name in ("config.json", "generation_config.json"):
+        path = os.path.join(folder, name)
+        if os.path.isfile(path):
+            with open(path, encoding="utf-8") as file:
+                settings.update(json.load(file))
+    search = SearchOptions(
+        beam_size=int(settings.get("num_beams") or GENERATION_DEFAULTS["num_beams"]),
+        length_penalty=float(
+            settings.get("length_penalty", GENERATION_DEFAULTS["length_penalty"])
+        ),
+        length_penalty_form="transformers",
+    )
+    limit = settings.get("max_length")
+    limit = None if limit is None else min(int(limit) - 1, max_length)
+    return search, limit

@@ -66,9 +66,11 @@ from keras_transformer.search.options import (
     LENGTH_PENALTY,
     check_beam_size,
     check_length_penalty,
+    check_length_penalty_form,
     length_penalty,
 )
 from keras_transformer.search.steps import _search_loop
+from keras_transformer.search.transformers_beam import transformers_beam_loop
 from keras_transformer.special_tokens import END_ID, PAD_ID, START_ID
 
 # Log-probability of an impossible candidate. Finite, so that arithmetic on it
@@ -80,10 +82,16 @@ _COMPILE_LOCK = threading.Lock()
 # -- one decoding step ---------------------------------------------------------------
 
 
-def _log_probs(logits, ids):
-    """Log-softmax over the vocabulary with pad and start made impossible."""
+def _log_probs(logits, ids, last=None):
+    """Log-softmax over the vocabulary with pad and start made impossible, and
+    every token but the end one where ``last`` (rows at their last step,
+    when the end token is forced there)."""
     vocab = ops.arange(ops.shape(logits)[-1])
     banned = ops.logical_or(ops.equal(vocab, ids.pad), ops.equal(vocab, ids.start))
+    if last is not None:
+        banned = ops.logical_or(
+            banned, ops.logical_and(last[:, None], ops.not_equal(vocab, ids.end))
+        )
     logits = ops.where(banned, IMPOSSIBLE, logits)
     return ops.log_softmax(logits, axis=-1)
 
@@ -103,7 +111,9 @@ def _stops(tokens, index, max_lengths, end_id):
 # -- the two searches, as functions of tensors -------------------------------------
 
 
-def greedy_loop(model, source_ids, max_lengths, max_length, use_cache, ids):
+def greedy_loop(
+    model, source_ids, max_lengths, max_length, use_cache, ids, forced_end=False
+):
     """``greedy_search``'s ops without its host-side checks (what graphs trace)."""
     rows = ops.shape(source_ids)[0]
     columns = ops.arange(max_length)
@@ -114,7 +124,8 @@ def greedy_loop(model, source_ids, max_lengths, max_length, use_cache, ids):
 
     def body(step, index, tokens, output, scores, done, state):
         logits, state = step(tokens, index, state)
-        log_probs = _log_probs(logits, ids)
+        last = ops.greater_equal(index + 1, max_lengths) if forced_end else None
+        log_probs = _log_probs(logits, ids, last)
         chosen = ops.cast(ops.argmax(log_probs, axis=-1), "int32")
         chosen = ops.where(done, ids.pad, chosen)
         gain = ops.take_along_axis(log_probs, chosen[:, None], axis=1)[:, 0]
@@ -258,6 +269,27 @@ def beam_loop(
     return output, scores, log_probs
 
 
+def _beam_function(model, key):
+    """The function of ``(source_ids, max_lengths, alpha)`` that
+    ``beam_search`` compiles for ``key``."""
+    _, max_length, use_cache, ids, beam_size, top_n, form = key
+    if form == "gnmt":
+        return lambda src, lengths, a: beam_loop(
+            model, src, lengths, max_length, use_cache, ids, beam_size, a, top_n
+        )
+    return lambda src, lengths, a: transformers_beam_loop(
+        model,
+        src,
+        lengths,
+        max_length,
+        use_cache,
+        ids,
+        beam_size,
+        a,
+        lambda logits, last: _log_probs(logits, ids, last),
+    )
+
+
 # -- compilation ------------------------------------------------------------------
 
 
@@ -354,6 +386,7 @@ def greedy_search(
     start_id=START_ID,
     end_id=END_ID,
     pad_id=PAD_ID,
+    forced_end=False,
 ):
     """Greedy decoding: the most probable next token at every step.
 
@@ -374,6 +407,9 @@ def greedy_search(
             ordinary token).
         pad_id: the padding id: never generated, and what follows a
             finished row.
+        forced_end: bool, end each row with the end token at the last step
+            its limit allows, as transformers' ``forced_eos_token_id`` does
+            (default False: the row stops there without it).
 
     Returns:
         ``(tokens, scores)``: ``(B, max_length)`` int32 NumPy array, the
@@ -384,12 +420,13 @@ def greedy_search(
     source_ids, max_lengths, max_length = _check_inputs(
         model, source_ids, max_lengths, max_length
     )
-    key = ("greedy", max_length, bool(use_cache), ids)
+    forced_end = bool(forced_end) and ids.end is not None
+    key = ("greedy", max_length, bool(use_cache), ids, forced_end)
     run = _compiled_search(
         model,
         key,
         lambda src, lengths: greedy_loop(
-            model, src, lengths, max_length, bool(use_cache), ids
+            model, src, lengths, max_length, bool(use_cache), ids, forced_end
         ),
     )
     with unchecked_loop(model):
@@ -409,8 +446,10 @@ def beam_search(
     end_id=END_ID,
     pad_id=PAD_ID,
     top_n=None,
+    length_penalty_form="gnmt",
 ):
-    """Beam search with the GNMT length penalty (paper §6.1: 4 beams, α = 0.6).
+    """Beam search with the GNMT length penalty (paper §6.1: 4 beams, α = 0.6),
+    or as transformers' ``generate`` searches.
 
     Args:
         model, source_ids, max_lengths, max_length, use_cache, start_id,
@@ -425,6 +464,11 @@ def beam_search(
             overtake them; the hypotheses below them are then whatever the
             beam held at that step (unfinished ones without the end token).
             ``Translator.translate`` needs only the best (``top_n=1``).
+            The ``"transformers"`` form has its own rule and ignores it.
+        length_penalty_form: ``"gnmt"`` (this module's search) or
+            ``"transformers"`` (``keras_transformer.search.transformers_beam``:
+            scores ``log P(Y | X) / |Y| ** α``, and the end token forced at
+            each row's limit).
 
     Returns:
         ``(tokens, scores, log_probs)``: ``(B, beam_size, max_length)`` int32,
@@ -444,18 +488,17 @@ def beam_search(
             f"Received: top_n={top_n}"
         )
     top_n = int(top_n)
+    form = check_length_penalty_form(length_penalty_form)
+    if form == "transformers":
+        top_n = beam_size  # its own stopping rule; one compilation
     ids = check_special_ids(start_id, end_id, pad_id)
+    if form == "transformers" and ids.end is None:
+        raise ValueError('length_penalty_form="transformers" needs an end_id.')
     source_ids, max_lengths, max_length = _check_inputs(
         model, source_ids, max_lengths, max_length
     )
-    key = ("beam", max_length, bool(use_cache), ids, beam_size, top_n)
-    run = _compiled_search(
-        model,
-        key,
-        lambda src, lengths, a: beam_loop(
-            model, src, lengths, max_length, bool(use_cache), ids, beam_size, a, top_n
-        ),
-    )
+    key = ("beam", max_length, bool(use_cache), ids, beam_size, top_n, form)
+    run = _compiled_search(model, key, _beam_function(model, key))
     with unchecked_loop(model):
         tokens, scores, log_probs = run(
             source_ids, max_lengths, np.asarray(alpha, "float32")

@@ -20,6 +20,9 @@ BEAM_SIZE = 4
 LENGTH_PENALTY = 0.6
 # The largest finite float32: the searches compute in float32.
 FLOAT32_MAX = 3.4028234663852886e38
+# How beam search ranks hypotheses: the GNMT penalty of the paper's search
+# (§6.1), or transformers' `generate`, which imported checkpoints expect.
+LENGTH_PENALTY_FORMS = ("gnmt", "transformers")
 # The default output limit, the same section: "We set the maximum output
 # length during inference to input length + 50".
 EXTRA_OUTPUT_LENGTH = 50
@@ -38,7 +41,17 @@ class SearchOptions:
         beam_size: int >= 1, hypotheses kept per sentence; the paper's 4
             (§6.1). 1 is greedy search.
         length_penalty: finite float >= 0, α of the length penalty
-            ``((5 + |Y|) / 6) ** α`` (paper: 0.6).
+            (paper: 0.6).
+        length_penalty_form: ``"gnmt"`` (default): the paper's search,
+            scores ``log P(Y | X) / ((5 + |Y|) / 6) ** α`` (Wu et al.,
+            2016), finished hypotheses kept in the beam; or
+            ``"transformers"``: the beam search of Hugging Face
+            transformers' ``generate`` (``early_stopping=False``,
+            ``renormalize_logits=True``, the end token forced at the output
+            limit), scores ``log P(Y | X) / |Y| ** α``, so that a model
+            imported from a Marian checkpoint searches as it does there.
+            ``keras_transformer.search.transformers_beam`` says how they
+            differ.
         max_output_length: optional int >= 1, the most tokens generated per
             sentence (the end token included); by default the translator's,
             or the source length + 50 (§6.1). Capped by the model's
@@ -61,6 +74,7 @@ class SearchOptions:
 
     beam_size: int = BEAM_SIZE
     length_penalty: float = LENGTH_PENALTY
+    length_penalty_form: str = "gnmt"
     max_output_length: int | None = None
     batch_size: int | None = None
     use_cache: bool = True
@@ -80,6 +94,7 @@ class SearchOptions:
         checked = {
             "beam_size": check_beam_size(self.beam_size),
             "length_penalty": check_length_penalty(self.length_penalty),
+            "length_penalty_form": check_length_penalty_form(self.length_penalty_form),
             "max_output_length": check_length(
                 self.max_output_length, "max_output_length"
             ),
@@ -106,6 +121,14 @@ class SearchOptions:
             )
         options = _known(cls, options)
         return dataclasses.replace(search, **options) if options else search
+
+    def penalty(self, length):
+        """The length penalty of an output of ``length`` tokens (the end
+        token included) in this search's form: what its log-probability is
+        divided by to rank it."""
+        if self.length_penalty_form == "transformers":
+            return transformers_length_penalty(length, self.length_penalty)
+        return length_penalty(length, self.length_penalty)
 
     def batch_size_or(self, default):
         """The batch size asked for, or the engine's ``default``."""
@@ -171,6 +194,34 @@ def check_length_penalty(alpha):
             f"length_penalty={alpha}"
         )
     return alpha
+
+
+def check_length_penalty_form(form):
+    """One of ``LENGTH_PENALTY_FORMS``, else ``ValueError``."""
+    if form not in LENGTH_PENALTY_FORMS:
+        raise ValueError(
+            f"length_penalty_form must be one of {LENGTH_PENALTY_FORMS}. "
+            f"Received: length_penalty_form={form!r}"
+        )
+    return form
+
+
+def refuse_transformers_form(search, what):
+    """``ValueError`` where ``search`` asks for transformers' beam search,
+    which only the Keras translator's search offers."""
+    if search.length_penalty_form != "gnmt":
+        raise ValueError(
+            f"{what} searches with the GNMT length penalty only; "
+            f'length_penalty_form="{search.length_penalty_form}" is offered by '
+            'the Keras translator. Give length_penalty_form="gnmt" (kt-export, '
+            "kt-translate: --length-penalty-form gnmt)."
+        )
+
+
+def transformers_length_penalty(length, alpha):
+    """transformers' length penalty ``length ** alpha``, by which its beam
+    search ranks finished hypotheses: ``log P(Y | X) / length ** alpha``."""
+    return length**alpha
 
 
 def check_length(value, name, optional=True):

@@ -19,7 +19,6 @@ from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from keras_transformer.search.options import SearchOptions
 from keras_transformer.serving.batcher import Batcher, QueueFull, SearchFailed
 from keras_transformer.serving.metrics import Metrics
 from keras_transformer.serving.requests import Limits, RequestError, parse_translate
@@ -157,7 +156,7 @@ class Service:
         # translator then compiles one search per width, all of them now
         # (for the default beam size), not one of several seconds whenever
         # a group of a new size arrives.
-        search = SearchOptions(
+        search = translator.search_options(
             batch_size=min(
                 self.settings.search_batch_size, self.settings.max_batch_size
             ),

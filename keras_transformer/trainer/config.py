@@ -138,6 +138,14 @@ class TrainConfig:
     checkpoint_steps: int = _setting(
         200, "save a checkpoint every N steps, and at every epoch end", metavar="N"
     )
+    init_from: str | None = _setting(
+        None,
+        "start from a pretrained translator instead of random weights: a "
+        "Marian checkpoint folder, hf://owner/name, or a translator.keras; "
+        "its tokenizer and architecture replace `vocab_size`, `tokenizer` "
+        "and the model's settings",
+        metavar="SOURCE",
+    )
     # More data, larger batches, more devices.
     tokenizer_sample: int | None = _setting(
         None,
@@ -251,6 +259,19 @@ class TrainConfig:
                 raise ConfigError("`tokenizer_sample` is for `data` corpora")
             if self.tokenizer_sample < 1:
                 raise ConfigError("`tokenizer_sample` must be >= 1")
+        if self.init_from is not None:
+            given = [
+                name
+                for name in ("tokenizer_sample", *MODEL_OVERRIDES)
+                if getattr(self, name) is not None
+            ]
+            if given:
+                named = ", ".join(f"`{name}`" for name in given)
+                raise ConfigError(
+                    f"`init_from` with {named}: a pretrained model brings its "
+                    "own architecture and tokenizer, and its corpus is read into "
+                    "memory"
+                )
         if self.model_parallel is not None and self.model_parallel < 1:
             raise ConfigError("`model_parallel` must be >= 1")
         if self.accumulate is not None and self.accumulate < 1:
@@ -320,6 +341,8 @@ class TrainConfig:
         values.update(dataclasses.asdict(self.numbers or NumbersSettings()))
         if values["bucket_lengths"] is not None:
             values["bucket_lengths"] = list(values["bucket_lengths"])
+        if values["init_from"] is None:
+            del values["init_from"]  # as the run folders before it have it
         return {
             key: value for key, value in sorted(values.items()) if key not in RESUMABLE
         }

@@ -26,12 +26,17 @@ from keras_transformer.trainer.parallel import log
 from keras_transformer.trainer.run_folder import CHECKPOINTS_DIR, LOGS_DIR
 
 
-def compiled_model(config, model_config, vocab_size):
-    """The Transformer of ``model_config`` over one joint vocabulary,
+def compiled_model(config, model_config, vocab_size, pretrained=None):
+    """The Transformer of ``model_config`` over one joint vocabulary, or a
+    copy of ``pretrained`` (a Transformer: its architecture and weights),
     compiled with the paper's optimizer and the label-smoothed loss."""
-    model = kt.build_model(
-        model_config, src_vocab_size=vocab_size, share_embeddings=True
-    )
+    if pretrained is None:
+        model = kt.build_model(
+            model_config, src_vocab_size=vocab_size, share_embeddings=True
+        )
+    else:
+        model = type(pretrained).from_config(pretrained.get_config())
+        model.set_weights(pretrained.get_weights())
     model.compile(
         optimizer=kt.transformer_optimizer(
             model_config.d_model,
@@ -49,7 +54,7 @@ def single_process_copy(config, model_config, model):
     """``model`` (its weights, its step) on this process alone: the trained
     one's variables span every process's devices, and setting them (as
     averaging does) would wait for the other processes, which have ended."""
-    copy = compiled_model(config, model_config, model.src_vocab_size)
+    copy = compiled_model(config, model_config, model.src_vocab_size, model)
     copy.optimizer.build(copy.trainable_variables)
     copy.set_weights(model.get_weights())
     copy.optimizer.iterations.assign(steps(model))
@@ -62,7 +67,8 @@ def describe(config, model_config, model):
     values = dataclasses.asdict(model_config)
     shape = ", ".join(f"{f}={values[f]}" for f in fields)
     return (
-        f"model: {config.config} ({shape}), {model.count_params():,} parameters; "
+        f"model: {config.init_from or config.config} ({shape}), "
+        f"{model.count_params():,} parameters; "
         f"backend {keras.backend.backend()}, {keras.config.dtype_policy().name}"
     )
 

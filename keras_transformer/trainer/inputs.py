@@ -93,6 +93,39 @@ def _train_tokenizer(config, task, texts):
         ) from None
 
 
+def pretrained(config):
+    """The translator ``config.init_from`` names: a ``.keras`` translator, or
+    a Marian checkpoint (a folder or ``hf://owner/name``); ``UsageError``
+    when it cannot be read."""
+    from keras_transformer.translate.evaluation import ModelFileError, load_translator
+    from keras_transformer.translate.keras_translator import Translator
+
+    source = config.init_from
+    try:
+        if source.endswith(".keras"):
+            translator = load_translator(source)
+        else:
+            translator = Translator.from_preset(source)
+    except (OSError, ValueError, TypeError, ModelFileError) as error:
+        raise UsageError(f"`init_from` {source}: {error}") from None
+    if not isinstance(translator, Translator):
+        raise UsageError(f"`init_from` {source}: an export, not a translator")
+    log(f"starting from {source} ({translator.transformer.count_params():,} weights)")
+    return translator
+
+
+def _target_encoder(made):
+    """What spells the targets: the tokenizer, or its target side where it
+    has its own (a Marian model's ``target.spm``)."""
+    if not hasattr(made, "tokenize_targets"):
+        return made
+
+    class Targets:
+        tokenize = staticmethod(made.tokenize_targets)
+
+    return Targets()
+
+
 def datasets(config, made, data, model_config, replicas, shard, folder):
     """``(train, validation, boundaries)``: batches by length (§5.1), this
     process's ``shard`` of each."""
@@ -103,7 +136,7 @@ def datasets(config, made, data, model_config, replicas, shard, folder):
     else:
         train_src, train_tgt = data["train"]
         src_ids = ktd.encode(made, train_src)
-        tgt_ids = ktd.encode(made, train_tgt, add_end=False)
+        tgt_ids = ktd.encode(_target_encoder(made), train_tgt, add_end=False)
         pairs = zip(src_ids, tgt_ids, strict=True)
         lengths = [max(len(s), len(t) + 1) for s, t in pairs]
     boundaries = config.bucket_lengths or training_boundaries(
@@ -141,7 +174,7 @@ def datasets(config, made, data, model_config, replicas, shard, folder):
     val_src, val_tgt = data["validation"]
     val_dataset = ktd.BucketedDataset(
         ktd.encode(made, val_src),
-        ktd.encode(made, val_tgt, add_end=False),
+        ktd.encode(_target_encoder(made), val_tgt, add_end=False),
         config.batch_tokens,
         boundaries,
         shuffle=False,

@@ -92,9 +92,9 @@ def _train(config, task, data, folder, setup, replicas, shard):
         return previous.get("trained_seconds", 0.0) if chief else None
     keras.utils.set_random_seed(config.seed)
     keras.config.set_dtype_policy(config.mixed_precision or "float32")
-    resuming = previous is not None
-    tokenizer, proto = inputs.tokenizer(config, task, folder, data["train"], resuming)
-    model_config = config.model_config()
+    start_from, tokenizer, proto, model_config = _starting_point(
+        config, task, folder, data, resuming=previous is not None
+    )
     streamed = isinstance(data["train"], kt.data.CorpusFiles)
 
     def start():  # the first writes: run.json, then a new tokenizer
@@ -114,7 +114,10 @@ def _train(config, task, data, folder, setup, replicas, shard):
 
     with setup.scope() if setup is not None else contextlib.nullcontext():
         model = fitting.compiled_model(
-            config, model_config, tokenizer.vocabulary_size()
+            config,
+            model_config,
+            tokenizer.vocabulary_size(),
+            start_from and start_from.transformer,
         )
     per_update = f", one update per {config.accumulate}" if config.accumulate else ""
     log(
@@ -126,7 +129,7 @@ def _train(config, task, data, folder, setup, replicas, shard):
         _log_weights_per_device(model)
     # Every process loads the checkpoint (from the folder they share): a
     # variable's value is set on all processes' devices at once.
-    state = fitting.resume_state(model, folder) if resuming else None
+    state = fitting.resume_state(model, folder) if previous is not None else None
     outcome = fitting.fit(config, folder, model, dataset, val_dataset, state)
     if outcome.signal:
         raise _preempted(outcome, folder)
@@ -138,7 +141,7 @@ def _train(config, task, data, folder, setup, replicas, shard):
         setup.close()  # what follows runs on this process's devices
         model = fitting.single_process_copy(config, model_config, model)
     if outcome.diverged:
-        raise _diverged(config, outcome, model, tokenizer, folder)
+        raise _diverged(config, outcome, model, tokenizer, folder, start_from)
     if config.average_last > 1:
         fitting.average(config, model, folder)
     if not checkpoints.weights_are_finite(model):
@@ -146,10 +149,24 @@ def _train(config, task, data, folder, setup, replicas, shard):
         raise Diverged(
             f"the final weights are not finite: no {folder.translator} written"
         )
-    translator = Translator(tokenizer, inference_copy(model))
+    translator = _translator(tokenizer, model, start_from)
     folder.save_translator(translator, outcome.seconds)
     log(f"saved {folder.translator}")
     return outcome.seconds
+
+
+def _starting_point(config, task, folder, data, resuming):
+    """``(start_from, tokenizer, proto, model_config)``: a pretrained
+    translator (``init_from``, read again when resuming) with its tokenizer
+    and architecture, or none, the run's own tokenizer (``proto``: a new
+    one's, to be written) and the config's architecture."""
+    if config.init_from is None:
+        tokenizer, proto = inputs.tokenizer(
+            config, task, folder, data["train"], resuming
+        )
+        return None, tokenizer, proto, config.model_config()
+    start_from = inputs.pretrained(config)
+    return start_from, start_from.tokenizer, None, start_from.transformer.config
 
 
 def _preempted(outcome, folder):
@@ -164,7 +181,20 @@ def _preempted(outcome, folder):
     )
 
 
-def _diverged(config, outcome, model, tokenizer, folder):
+def _translator(tokenizer, model, start_from):
+    """The trained translator; one fine-tuned from a pretrained one searches
+    as that one did (an imported model: as its generation config says)."""
+    if start_from is None:
+        return Translator(tokenizer, inference_copy(model))
+    return Translator(
+        tokenizer,
+        inference_copy(model),
+        max_output_length=start_from.max_output_length,
+        search=start_from.default_search,
+    )
+
+
+def _diverged(config, outcome, model, tokenizer, folder, start_from):
     """Save the mean of the last finite checkpoints (all are: none is written
     once the run diverges), or nothing; record why; the error to raise."""
     where = outcome.diverged
@@ -180,7 +210,7 @@ def _diverged(config, outcome, model, tokenizer, folder):
     except UsageError:  # none of them loads
         used = []
     if used and checkpoints.weights_are_finite(model):
-        translator = Translator(tokenizer, inference_copy(model))
+        translator = _translator(tokenizer, model, start_from)
         folder.save_translator(translator, outcome.seconds)
         last = os.path.basename(used[-1])
         if len(used) == 1:

@@ -82,6 +82,9 @@ class TranslatorBase:
     - ``source_vocabulary_size``: the ids a source may hold (or None);
     - the special ids ``pad_id``, ``start_id``, ``end_id``, ``unk_id`` if not
       the package's reserved 0–3, and ``extra_output_length`` if not §6.1's 50;
+    - ``default_search``: the ``SearchOptions`` a call without ``search``
+      starts from, if not the paper's (a model imported from a checkpoint
+      searches as its generation config says);
 
     and methods: ``engine`` (a property: what translates, in words),
     ``default_batch_size`` (a property) and ``_search_sorted`` (below);
@@ -97,6 +100,7 @@ class TranslatorBase:
     unk_id = UNK_ID
     extra_output_length = EXTRA_OUTPUT_LENGTH
     source_vocabulary_size = None
+    default_search = None
 
     # -- what an engine supplies ----------------------------------------------------
 
@@ -133,6 +137,14 @@ class TranslatorBase:
         """
         raise NotImplementedError(f"{type(self).__name__} must define _search_sorted")
 
+    def search_options(self, search=None, **options):
+        """The ``SearchOptions`` of a call: ``search``, or else this
+        translator's ``default_search`` (the paper's when None), with
+        ``options`` replacing its fields."""
+        return SearchOptions.of(
+            self.default_search if search is None else search, **options
+        )
+
     def check_tokenizer(self):
         """Raise ``ValueError`` if the tokenizer cannot be used (an engine
         whose tokenizer is read later than it is made checks it here)."""
@@ -150,16 +162,23 @@ class TranslatorBase:
 
     # -- text ---------------------------------------------------------------------
 
-    def translate(self, texts, search=None, **options):
+    def translate(self, texts, search=None, target_language=None, **options):
         """Translate sentences with beam search (greedy with ``beam_size=1``).
 
         Args:
             texts: list (or other iterable) of str; anything else, or text
                 with no UTF-8 encoding (a lone surrogate), is refused.
-            search: optional ``SearchOptions``.
+            search: optional ``SearchOptions`` (default: the translator's
+                ``default_search``).
+            target_language: the language to translate into, for a model
+                that translates into several (one of
+                ``translator.target_languages``; Marian's ``>>fra<<`` token
+                is put before each text). Required by such a model unless
+                every text starts with its token; refused by any other.
             **options: its fields, replacing ``search``'s: ``beam_size``
-                (4), ``length_penalty`` (0.6), ``max_output_length``,
-                ``batch_size``, ``use_cache``, ``verbose``, ``fixed_batch``.
+                (4), ``length_penalty`` (0.6), ``length_penalty_form``,
+                ``max_output_length``, ``batch_size``, ``use_cache``,
+                ``verbose``, ``fixed_batch``.
 
         Returns:
             list of str, one per input (``""`` where the model ends at once).
@@ -168,27 +187,30 @@ class TranslatorBase:
             TypeError, ValueError: a bad argument, before any sentence is
                 read.
         """
-        best = self.translate_ids(texts, SearchOptions.of(search, **options))
+        best = self.translate_ids(
+            texts, self.search_options(search, **options), target_language
+        )
         return self.detokenize(best)
 
-    def translate_ids(self, texts, search=None, **options):
+    def translate_ids(self, texts, search=None, target_language=None, **options):
         """Like ``translate`` but returns the generated token ids.
 
         Returns:
             list of lists of int: the tokens after the start id, ending with
             the end id unless the maximum output length was reached first.
         """
-        search = SearchOptions.of(search, **options)
+        search = self.search_options(search, **options)
+        texts = self.with_target_language(texts, target_language)
         hypotheses = self._decode(self.encode_sources(texts), search, top_n=1)
         return [row[0][0] for row in hypotheses]
 
-    def n_best(self, texts, n=None, search=None, **options):
+    def n_best(self, texts, n=None, search=None, target_language=None, **options):
         """The ``n`` best translations of each sentence, with their scores.
 
         Args:
             texts: list of str.
             n: int, at most ``beam_size`` (default: ``beam_size``).
-            search, **options: as for ``translate``.
+            search, target_language, **options: as for ``translate``.
 
         Returns:
             list (one per input) of lists of ``(translation, score)``, best
@@ -196,8 +218,9 @@ class TranslatorBase:
             quantity it ranks by.
         """
         # The search first: n defaults to beam_size and is bounded by it.
-        search = SearchOptions.of(search, **options)
+        search = self.search_options(search, **options)
         n = check_n_best(n, search.beam_size)
+        texts = self.with_target_language(texts, target_language)
         results = []
         for row in self._decode(self.encode_sources(texts), search, top_n=n):
             row = row[:n]
@@ -221,7 +244,40 @@ class TranslatorBase:
             score)``, best first: ids as in ``translate_ids``, the score the
             search's ``log P(Y | X) / lp(Y)``.
         """
-        return self._decode(source_ids, SearchOptions.of(search, **options))
+        return self._decode(source_ids, self.search_options(search, **options))
+
+    @property
+    def target_languages(self):
+        """The languages a model that translates into several can be asked
+        for (Marian's ``>>fra<<`` tokens), sorted; ``()`` for one."""
+        return tuple(getattr(self.tokenizer, "target_languages", ()))
+
+    def with_target_language(self, texts, target_language):
+        """``texts`` led by the target-language token of ``target_language``;
+        ``ValueError`` naming the choices where one is missing or wrong."""
+        choices = self.target_languages
+        if target_language is None and not choices:
+            return texts
+        texts = check_texts(texts)
+        if target_language is None:
+            if not all(text.startswith(">>") for text in texts):
+                raise ValueError(
+                    "This model translates into several languages: give "
+                    f"target_language, one of {list(choices)}."
+                )
+            return texts
+        if not choices:
+            raise ValueError(
+                "target_language: this model translates into one language only "
+                "(it has no target-language tokens). "
+                f"Received: {target_language!r}"
+            )
+        if target_language not in choices:
+            raise ValueError(
+                f"target_language must be one of {list(choices)}. "
+                f"Received: {target_language!r}"
+            )
+        return [f">>{target_language}<< {text}" for text in texts]
 
     def encode_sources(self, texts):
         """Source ids ending with the end id, cut to the model's ``max_length``.

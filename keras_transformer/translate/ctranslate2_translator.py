@@ -72,7 +72,11 @@ import numbers
 import os
 
 from keras_transformer.data.tokenizer import SentencePiece
-from keras_transformer.search.options import check_length, length_penalty
+from keras_transformer.search.options import (
+    check_length,
+    length_penalty,
+    refuse_transformers_form,
+)
 from keras_transformer.translate.base import TranslatorBase
 
 # How CTranslate2's beam search collects hypotheses to re-rank: it stops
@@ -237,6 +241,7 @@ class CTranslate2Translator(TranslatorBase):
 
     def _search_sorted(self, sources, limits, search, top_n, report):
         # CTranslate2 finds every hypothesis of the beam: top_n changes nothing.
+        refuse_transformers_form(search, "the CTranslate2 engine")
         batch_size = search.batch_size_or(self.default_batch_size)
         # One asynchronous call per batch, so that CTranslate2 decodes
         # inter_threads batches at once. A batch decodes with its largest

@@ -84,6 +84,9 @@ class Translator(TranslatorBase, keras.Model):
             the model's own compute dtype (faster on GPUs with bfloat16 or
             float16 units). ``translator.search_compute_dtype`` says which
             is in use.
+        search: optional ``SearchOptions`` (or a dict of its fields): the
+            search of a call that gives none (``default_search``); by
+            default the paper's. Saved with the translator.
         **kwargs: passed to ``keras.Model`` (e.g. ``name``).
 
     Calling the model gives the transformer's logits, so it is a valid
@@ -97,9 +100,13 @@ class Translator(TranslatorBase, keras.Model):
         transformer,
         max_output_length=None,
         search_dtype="float32",
+        search=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
+        if isinstance(search, dict):
+            search = SearchOptions(**search)
+        self.default_search = SearchOptions.of(search)
         self.tokenizer = tokenizer
         self.transformer = transformer
         self.max_output_length = check_length(max_output_length, "max_output_length")
@@ -147,6 +154,8 @@ class Translator(TranslatorBase, keras.Model):
             max_output_length=self.max_output_length,
             search_dtype=self.search_dtype,
         )
+        if self.default_search != SearchOptions():
+            config["search"] = dataclasses.asdict(self.default_search)
         return config
 
     @classmethod
@@ -173,12 +182,20 @@ class Translator(TranslatorBase, keras.Model):
 
         The checkpoint's weights are mapped onto this package's Transformer
         (``keras_transformer.pretrained.marian`` says how); the translator
-        translates, trains and saves like one built here.
+        translates, trains and saves like one built here. It searches as
+        the checkpoint's generation config asks (``default_search``:
+        transformers' beam search and length penalty, its beam size and
+        output limit) unless ``search`` and ``max_output_length`` say
+        otherwise.
         """
         from keras_transformer.pretrained.hub import local_folder
-        from keras_transformer.pretrained.preset import marian_parts
+        from keras_transformer.pretrained.preset import generation_search, marian_parts
 
-        tokenizer, transformer = marian_parts(local_folder(source), dtype=dtype)
+        folder = local_folder(source)
+        tokenizer, transformer = marian_parts(folder, dtype=dtype)
+        search, limit = generation_search(folder, transformer.max_length)
+        kwargs.setdefault("search", search)
+        kwargs.setdefault("max_output_length", limit)
         return cls(tokenizer, transformer, **kwargs)
 
     def export(self, filepath, format="tf_saved_model", **kwargs):
@@ -261,7 +278,7 @@ class Translator(TranslatorBase, keras.Model):
         Returns:
             int: the searches run, one per (source width, output width).
         """
-        search = SearchOptions.of(search, **options)
+        search = self.search_options(search, **options)
         sizes = {}
         for length in range(1, (self.source_max_length or 256) + 1):
             limit = self.output_limit(length - 1, search.max_output_length)
@@ -316,23 +333,19 @@ class Translator(TranslatorBase, keras.Model):
         max_lengths[:rows] = limits
         width = shapes.width(max(limits), self.target_max_length)
         ids = special_ids(self.tokenizer)
+        form = search.length_penalty_form
         if search.beam_size == 1:
             tokens, log_probs = decoding.greedy_search(
-                model, src, max_lengths, width, search.use_cache, **ids
-            )
+                model, src, max_lengths, width, search.use_cache, **ids,
+                forced_end=form == "transformers",
+            )  # fmt: skip
             tokens, log_probs, scores = tokens[:, None], log_probs[:, None], None
         else:
             tokens, scores, log_probs = decoding.beam_search(
-                model,
-                src,
-                max_lengths,
-                search.beam_size,
-                search.length_penalty,
-                width,
-                search.use_cache,
-                **ids,
-                top_n=top_n,
-            )
+                model, src, max_lengths, search.beam_size, search.length_penalty,
+                width, search.use_cache, **ids, top_n=top_n,
+                length_penalty_form=form,
+            )  # fmt: skip
         outputs = []
         for i in range(rows):
             hypotheses = []
@@ -345,9 +358,7 @@ class Translator(TranslatorBase, keras.Model):
                 row = row.tolist()
                 row = row[: row.index(PAD_ID)] if PAD_ID in row else row
                 if scores is None:  # greedy search ranks by log P alone
-                    score = float(log_prob) / decoding.length_penalty(
-                        len(row), search.length_penalty
-                    )
+                    score = float(log_prob) / search.penalty(len(row))
                 else:
                     score = float(scores[i, j])
                 hypotheses.append((row, score))

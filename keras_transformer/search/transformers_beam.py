@@ -1,0 +1,180 @@
+"""Beam search as Hugging Face transformers' ``generate`` runs it, so that a
+model imported from a Marian checkpoint translates as it does there.
+
+It differs from the paper's search (``keras_transformer.search.decoding``)
+in four ways, each of which can change the output:
+
+- **Two pools.** The beam holds only unfinished hypotheses, ranked by their
+  raw ``log P(Y | X)``; finished ones go to a separate pool of ``beam_size``,
+  ranked by ``log P(Y | X) / |Y| ** α`` (|Y| counts the end token). The
+  paper's search keeps both in one beam, ranked by the GNMT score.
+- **2K candidates.** Each step takes the ``2 · beam_size`` best extensions
+  by ``log P``; of those, one that ends with the end token (or reaches the
+  output limit) enters the pool only if it ranks among the first
+  ``beam_size``, and the best ``beam_size`` that do not end continue.
+- **When to stop** (``early_stopping=False``): once the pool is full and the
+  best unfinished hypothesis, scored at its current length, no longer beats
+  the pool's worst. This is a heuristic: a longer hypothesis could still
+  have won.
+- **The end token is forced** at the last step the output limit allows (the
+  ``forced_eos_token_id`` of OPUS-MT's generation configs), at no cost.
+
+The pad and start ids are never generated, and the log-probabilities are
+renormalized after they are removed (``renormalize_logits=True``, as
+OPUS-MT's generation configs set). The arithmetic follows
+``GenerationMixin._beam_search`` of transformers 5, -1e9 sentinels included,
+so that ties and empty slots fall the same way.
+"""
+
+import keras
+from keras import ops
+
+from keras_transformer.search.options import transformers_length_penalty
+from keras_transformer.search.steps import _search_loop
+
+# transformers' sentinel for a hypothesis that may not be chosen.
+_EXCLUDED = -1.0e9
+
+
+def _gather(x, indices):
+    """``x[b, indices[b, j], ...]``: rows of each input's beam."""
+    while len(indices.shape) < len(x.shape):
+        indices = indices[..., None]
+    return ops.take_along_axis(x, indices, axis=1)
+
+
+def _finish(pool, candidates, alpha, index, open_rows, k):
+    """The pool after this step's candidates that end: the ``k`` best of the
+    pool and of those, by ``log P / |Y| ** α``; a row no longer open keeps
+    its pool."""
+    tokens, scores, log_probs, filled = pool
+    cand_tokens, cand_log_probs, ends = candidates
+    cand_scores = cand_log_probs / transformers_length_penalty(
+        ops.cast(index + 1, "float32"), alpha
+    )
+    ranked_first = ops.arange(2 * k) < k
+    entering = ops.logical_and(ends, ranked_first[None, :])
+    cand_scores = cand_scores + ops.where(open_rows[:, None], 0.0, _EXCLUDED)
+    cand_scores = cand_scores + ops.where(entering, 0.0, _EXCLUDED)
+    merged_scores = ops.concatenate([scores, cand_scores], axis=1)
+    _, best = ops.top_k(merged_scores, k)
+    merged = (
+        ops.concatenate([tokens, cand_tokens], axis=1),
+        merged_scores,
+        ops.concatenate([log_probs, cand_log_probs], axis=1),
+        ops.concatenate([filled, entering], axis=1),
+    )
+    updated = tuple(_gather(x, best) for x in merged)
+    return tuple(
+        ops.where(_expand(open_rows, len(old.shape)), x, old)
+        for x, old in zip(updated, pool, strict=True)
+    )
+
+
+def _expand(rows, rank):
+    while len(rows.shape) < rank:
+        rows = rows[..., None]
+    return rows
+
+
+def _improvable(open_rows, best_running, pool, alpha, index):
+    """transformers' stopping heuristic (``early_stopping=False``): a row stays
+    open while its pool has an empty slot or its best unfinished hypothesis,
+    scored at its current length, beats the pool's worst."""
+    _, scores, _, filled = pool
+    best_possible = best_running / transformers_length_penalty(
+        ops.cast(index + 1, "float32"), alpha
+    )
+    worst = ops.where(filled, ops.min(scores, axis=1, keepdims=True), _EXCLUDED)
+    return ops.logical_and(open_rows, ops.any(best_possible[:, None] > worst, axis=1))
+
+
+def transformers_beam_loop(
+    model,
+    source_ids,
+    max_lengths,
+    max_length,
+    use_cache,
+    ids,
+    beam_size,
+    alpha,
+    log_probs_of,
+):
+    """The search's ops without host-side checks, as ``decoding.beam_loop``.
+
+    ``log_probs_of(logits, last)`` gives a step's renormalized
+    log-probabilities, the end token forced where ``last`` (the row's last
+    step). Returns ``(tokens, scores, log_probs)`` of the pool, best first.
+    """
+    rows = ops.shape(source_ids)[0]
+    k = beam_size
+    columns = ops.arange(max_length)
+    steps = ops.max(max_lengths)
+    row_starts = (ops.arange(rows, dtype="int32") * k)[:, None]
+
+    def cond(index, tokens, running, running_scores, pool, open_rows, state):
+        return ops.logical_and(ops.less(index, steps), ops.any(open_rows))
+
+    def body(step, index, tokens, running, running_scores, pool, open_rows, state):
+        logits, state = step(tokens, index, state)
+        last = ops.repeat(ops.greater_equal(index + 1, max_lengths), k, axis=0)
+        step_log_probs = log_probs_of(logits, last)
+        vocab = ops.shape(step_log_probs)[-1]
+        totals = ops.reshape(step_log_probs, (rows, k, vocab))
+        totals = totals + running_scores[:, :, None]
+        # The 2K best extensions of each input's beam, by log P.
+        cand_log_probs, best = ops.top_k(ops.reshape(totals, (rows, k * vocab)), 2 * k)
+        parents = best // vocab
+        chosen = ops.cast(best % vocab, "int32")
+        cand_tokens = _gather(running, parents)
+        at_index = _at_column(columns, index)
+        cand_tokens = ops.where(at_index, chosen[:, :, None], cand_tokens)
+        ends = ops.logical_or(
+            ops.equal(chosen, ids.end),
+            ops.greater_equal(index + 1, max_lengths)[:, None],
+        )
+        # The K best that do not end continue.
+        continuing = cand_log_probs + ops.where(ends, _EXCLUDED, 0.0)
+        _, kept = ops.top_k(continuing, k)
+        running = _gather(cand_tokens, kept)
+        running_scores = _gather(continuing, kept)
+        kept_parents = _gather(parents, kept)
+        pool = _finish(
+            pool, (cand_tokens, cand_log_probs, ends), alpha, index, open_rows, k
+        )
+        open_rows = ops.logical_and(
+            _improvable(open_rows, running_scores[:, 0], pool, alpha, index),
+            ops.less(index + 1, max_lengths),
+        )
+        flat_parents = ops.reshape(row_starts + ops.cast(kept_parents, "int32"), (-1,))
+        state = _reorder(state, flat_parents)
+        tokens = ops.reshape(_gather(chosen, kept), (-1,))
+        return index + 1, tokens, running, running_scores, pool, open_rows, state
+
+    start = (
+        ops.convert_to_tensor(0, "int32"),
+        ops.full((rows * k,), ids.start, "int32"),
+        ops.full((rows, k, max_length), ids.pad, "int32"),
+        ops.where(ops.equal(ops.arange(k), 0), 0.0, _EXCLUDED)[None, :]
+        + ops.zeros((rows, k), "float32"),
+        (
+            ops.full((rows, k, max_length), ids.pad, "int32"),
+            ops.full((rows, k), _EXCLUDED, "float32"),
+            ops.full((rows, k), _EXCLUDED, "float32"),
+            ops.zeros((rows, k), "bool"),
+        ),
+        ops.greater(max_lengths, 0),
+    )
+    *_, pool, _, _ = _search_loop(
+        model, source_ids, max_length, use_cache, k, cond, body, start
+    )
+    tokens, scores, log_probs, _ = pool
+    return tokens, scores, log_probs
+
+
+def _at_column(columns, index):
+    return ops.equal(columns, index)[None, None, :]
+
+
+def _reorder(state, flat_parents):
+    return keras.tree.map_structure(lambda x: ops.take(x, flat_parents, axis=0), state)
