@@ -230,6 +230,29 @@ def test_greedy_translations_equal_transformers_generate(numbers_1e5, folders):
     assert all(row[-1] == END_ID for row in ours)  # they end by themselves
 
 
+def test_beam_translations_equal_transformers_generate(numbers_1e5, folders):
+    """Beam 4 as the written generation config asks (its α, transformers'
+    length penalty, </s> forced at the limit) and as the search here gives
+    it with ``length_penalty_form="transformers"``."""
+    folder = folders["1e-5"]
+    model = hf_model(folder)
+    source_order, target_order = orders(folder)
+    expected = []
+    for row in map(np.array, tk.encode(numbers_1e5.tokenizer, TEXTS)):
+        limit = numbers_1e5.output_limit(len(row) - 1)
+        with torch.no_grad():
+            out = model.generate(
+                torch.tensor(source_order[row][None]), max_length=limit + 1
+            )[0].tolist()
+        expected.append(out[1:])
+    assert model.generation_config.num_beams == 4
+    ours = numbers_1e5.translate_ids(
+        TEXTS, length_penalty=model.generation_config.length_penalty,
+        length_penalty_form="transformers",
+    )  # fmt: skip
+    assert [target_order[row].tolist() for row in ours] == expected
+
+
 # -- this package's import -----------------------------------------------------
 
 

@@ -94,6 +94,10 @@ def test_a_config_takes_its_tasks_defaults(monkeypatch):
         ({"task": "numbers", "beam_size": 0}, "`beam_size` must be >= 1"),
         ({"task": "numbers", "length_penalty": -1.0}, "`length_penalty` must be"),
         ({"task": "numbers", "progress_seconds": -1}, "`progress_seconds` must be"),
+        (
+            {"task": "numbers", "init_from": "m.keras", "d_model": 8},
+            "`init_from` with `d_model`: a pretrained model brings its own",
+        ),
     ],
 )
 def test_a_config_that_cannot_work_names_its_settings(changes, message):
@@ -115,7 +119,10 @@ def test_settings_leave_out_what_a_resumed_run_may_change():
     fields = {f.name for f in dataclasses.fields(TrainConfig)} - {"numbers"}
     # run.json keeps the numbers task's settings among the others, flat.
     fields |= {f.name for f in dataclasses.fields(NumbersSettings)}
-    assert set(settings) == fields - config_module.RESUMABLE
+    # init_from only when given, as run folders before it have their settings.
+    assert set(settings) == fields - config_module.RESUMABLE - {"init_from"}
+    started = dataclasses.replace(config, init_from="pretrained.keras").settings()
+    assert started == {**settings, "init_from": "pretrained.keras"}
     longer = dataclasses.replace(config, epochs=40, max_minutes=3.0, out="b")
     assert longer.settings() == settings
     # A corpus run records the numbers task's defaults, as it always has:
