@@ -68,9 +68,15 @@ _DEPRECATED = {
     ),
 }
 
-# Commands that may translate without Keras (given a CTranslate2 export);
-# they import what a Keras model needs themselves, once they know.
-_COMMANDS_WITHOUT_KERAS = ("translate", "serve")
+# Commands that import what they need themselves, after quieting the
+# frameworks' start-up lines: kt-translate and kt-serve may translate without
+# Keras (given a CTranslate2 export); kt-import's one-line errors would
+# otherwise follow TensorFlow's. Script name: module under keras_transformer.cli.
+_COMMANDS_STARTING_LATE = {
+    "kt-translate": "translate",
+    "kt-serve": "serve",
+    "kt-import": "import_checkpoint",
+}
 
 _moved.install()
 
@@ -102,19 +108,20 @@ def _import_public_api():
         _importlib.import_module(module)
 
 
-def _starting_a_command_without_keras():
-    """Whether this process is ``kt-translate`` or ``kt-serve`` (the
+def _starting_a_command_that_imports_late():
+    """Whether this process is one of ``_COMMANDS_STARTING_LATE`` (the
     installed script, or ``python -m keras_transformer.cli.translate``)."""
     script = _os.path.basename(_sys.argv[0]) if _sys.argv else ""
-    if script in {f"kt-{name}" for name in _COMMANDS_WITHOUT_KERAS}:
+    if script in _COMMANDS_STARTING_LATE:
         return True
     # Under -m, sys.argv[0] is "-m" while the package imports.
     argv = list(getattr(_sys, "orig_argv", ()))
     if "-m" in argv[:-1]:
         module = argv[argv.index("-m") + 1]
-        return module in {f"{__name__}.cli.{n}" for n in _COMMANDS_WITHOUT_KERAS}
+        modules = _COMMANDS_STARTING_LATE.values()
+        return module in {f"{__name__}.cli.{name}" for name in modules}
     return False
 
 
-if not _starting_a_command_without_keras():
+if not _starting_a_command_that_imports_late():
     _import_public_api()

@@ -50,13 +50,16 @@ def generation_search(folder, max_length):
         if os.path.isfile(path):
             with open(path, encoding="utf-8") as file:
                 settings.update(json.load(file))
-    search = SearchOptions(
-        beam_size=int(settings.get("num_beams") or GENERATION_DEFAULTS["num_beams"]),
-        length_penalty=float(
-            settings.get("length_penalty", GENERATION_DEFAULTS["length_penalty"])
-        ),
-        length_penalty_form="transformers",
-    )
+    try:
+        search = SearchOptions(
+            beam_size=settings.get("num_beams") or GENERATION_DEFAULTS["num_beams"],
+            length_penalty=settings.get(
+                "length_penalty", GENERATION_DEFAULTS["length_penalty"]
+            ),
+            length_penalty_form="transformers",
+        )
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"{folder}: its generation config: {error}") from None
     limit = settings.get("max_length")
     limit = None if limit is None else min(int(limit) - 1, max_length)
     return search, limit

@@ -48,6 +48,10 @@ maximum length and ranks by the raw log-probability).
 
 The pad and start ids are never generated: neither occurs inside a target
 sentence.
+
+``beam_search(..., length_penalty_form="transformers")`` runs Hugging Face
+transformers' beam search instead (``transformers_beam.py``), for models
+imported from checkpoints that expect it.
 """
 
 import collections
