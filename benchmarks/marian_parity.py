@@ -167,7 +167,7 @@ def base_checkpoint(folder):
     proto = io.BytesIO()
     spm.SentencePieceTrainer.train(
         sentence_iterator=iter(english(n) for n in range(0, 5000, 7)),
-        model_writer=proto, vocab_size=200, minloglevel=2,
+        model_writer=proto, vocab_size=60, hard_vocab_limit=False, minloglevel=2,
     )  # fmt: skip
     processor = spm.SentencePieceProcessor(model_proto=proto.getvalue())
     pieces = [processor.id_to_piece(i) for i in range(3, processor.get_piece_size())]
@@ -228,12 +228,36 @@ def main(argv=None):
     results = []
     if args.model:
         results += _translations(args, work)
+        _agreement(results)
+        _write(args.json, results)
     if args.import_check:
         results += _imports(args, work)
-    if args.json:
-        with open(args.json, "w") as file:
-            json.dump(results, file, indent=1, ensure_ascii=False)
+        _write(args.json, results)
     return results
+
+
+def _write(path, results):
+    if path:
+        with open(path, "w") as file:
+            json.dump(results, file, indent=1, ensure_ascii=False)
+
+
+def _agreement(results):
+    """Per search, the fraction of each system's outputs equal to the first
+    Keras system's."""
+    for search in dict.fromkeys(r["search"] for r in results):
+        runs = [r for r in results if r["search"] == search]
+        base = next((r for r in runs if r["system"] in KERAS), None)
+        if base is None:
+            continue
+        for r in runs:
+            same = sum(
+                a == b for a, b in zip(r["outputs"], base["outputs"], strict=True)
+            )
+            r["same_as"] = base["system"]
+            r["same_fraction"] = round(same / len(base["outputs"]), 4)
+            print(f"{search:10s} {r['system']:20s} same as {base['system']}: "
+                  f"{same} of {len(base['outputs'])}")  # fmt: skip
 
 
 def _run_child(args):
