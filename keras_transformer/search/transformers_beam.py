@@ -151,25 +151,34 @@ def transformers_beam_loop(
         tokens = ops.reshape(_gather(chosen, kept), (-1,))
         return index + 1, tokens, running, running_scores, pool, open_rows, state
 
-    start = (
-        ops.convert_to_tensor(0, "int32"),
-        ops.full((rows * k,), ids.start, "int32"),
-        ops.full((rows, k, max_length), ids.pad, "int32"),
-        ops.where(ops.equal(ops.arange(k), 0), 0.0, _EXCLUDED)[None, :]
-        + ops.zeros((rows, k), "float32"),
-        (
-            ops.full((rows, k, max_length), ids.pad, "int32"),
-            ops.full((rows, k), _EXCLUDED, "float32"),
-            ops.full((rows, k), _EXCLUDED, "float32"),
-            ops.zeros((rows, k), "bool"),
-        ),
-        ops.greater(max_lengths, 0),
-    )
+    start = _start(rows, k, max_length, max_lengths, ids)
     *_, pool, _, _ = _search_loop(
         model, source_ids, max_length, use_cache, k, cond, body, start
     )
     tokens, scores, log_probs, _ = pool
     return tokens, scores, log_probs
+
+
+def _start(rows, k, max_length, max_lengths, ids):
+    """The loop's first values, before the step's state: index, tokens, the
+    beam's tokens and log P (only the first hypothesis may be extended at
+    the first step, or the beam would hold K copies), the empty pool
+    (tokens, scores, log P, filled), and the rows still open."""
+    first = ops.equal(ops.arange(k), 0)[None, :]
+    pool = (
+        ops.full((rows, k, max_length), ids.pad, "int32"),
+        ops.full((rows, k), _EXCLUDED, "float32"),
+        ops.full((rows, k), _EXCLUDED, "float32"),
+        ops.zeros((rows, k), "bool"),
+    )
+    return (
+        ops.convert_to_tensor(0, "int32"),
+        ops.full((rows * k,), ids.start, "int32"),
+        ops.full((rows, k, max_length), ids.pad, "int32"),
+        ops.where(first, 0.0, _EXCLUDED) + ops.zeros((rows, k), "float32"),
+        pool,
+        ops.greater(max_lengths, 0),
+    )
 
 
 def _at_column(columns, index):
