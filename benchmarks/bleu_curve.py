@@ -28,7 +28,11 @@ import time
 
 from keras_transformer.trainer import checkpoints
 from keras_transformer.trainer.checkpoints import write_atomic
-from keras_transformer.cli._arguments import add_search_arguments, positive_int
+from keras_transformer.cli._arguments import (
+    add_search_arguments,
+    positive_int,
+    search_options,
+)
 from keras_transformer.cli._process import prepare_process, start_tensorflow
 from keras_transformer.cli.evaluate import default_out
 from keras_transformer.data.corpus import CorpusError, read_parallel
@@ -121,6 +125,7 @@ def score_run(args, fail):
     except CorpusError as error:
         fail(str(error))
     translator, settings, paths = _read_run(args.run, fail)
+    search = search_options(args, translator)
     average_last = args.average_last or settings.get("average_last") or 1
     curve = {
         "label": args.label or os.path.basename(os.path.normpath(args.run)),
@@ -128,8 +133,8 @@ def score_run(args, fail):
         "source": args.source,
         "reference": args.reference,
         "average_last": average_last,
-        "beam_size": args.beam_size,
-        "length_penalty": args.length_penalty,
+        "beam_size": search.beam_size,
+        "length_penalty": search.length_penalty,
         "points": [],
     }
     try:
@@ -145,12 +150,7 @@ def score_run(args, fail):
         except checkpoints.CheckpointError as error:
             fail(str(error))
         start = time.perf_counter()
-        hypotheses = translator.translate(
-            sources,
-            beam_size=args.beam_size,
-            length_penalty=args.length_penalty,
-            batch_size=args.batch_size,
-        )
+        hypotheses = translator.translate(sources, search)
         result = score(hypotheses, references)
         done = point(
             path,

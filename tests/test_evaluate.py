@@ -345,7 +345,7 @@ def test_translate_command_search_options(model_path, capsys):
     # SearchOptions' own checks, named after the option.
     assert "argument --beam-size: must be >= 1. Received: beam_size=0" in err
     assert "argument --length-penalty: must be >= 0 and finite" in err
-    assert "--n-best 5 is more than --beam-size 4" in err
+    assert "--n-best 5 is more than the model's beam size 4" in err
 
 
 @pytest.mark.once

@@ -377,6 +377,7 @@ def test_bad_texts_and_options_fail_as_the_translators(numbers, fast):
         dict(texts=["one"], length_penalty="0.6"),
         dict(texts=["one"], beams=2),
         dict(texts=["one"], max_output_length=0),
+        dict(texts=["one"], length_penalty_form="marian"),
     ]
     for case in cases:
         errors = []
@@ -391,6 +392,9 @@ def test_bad_texts_and_options_fail_as_the_translators(numbers, fast):
         with pytest.raises(type(ours.value), match=str(ours.value)):
             fast.n_best(["one"], n=n)
     assert fast.translate([]) == []
+    # transformers' beam search is the Keras engine's alone.
+    with pytest.raises(ValueError, match="the CTranslate2 engine searches with"):
+        fast.translate(["one"], length_penalty_form="transformers")
 
 
 @pytest.mark.once

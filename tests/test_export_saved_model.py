@@ -240,6 +240,11 @@ def test_an_existing_path_is_refused_and_left_alone(translator, tmp_path):
         ({"search": {"beam_size": 4}}, TypeError, "SearchOptions"),
         ({"jit_compile": "yes"}, TypeError, "jit_compile"),
         ({"overwrite": "no"}, TypeError, "overwrite"),
+        (
+            {"length_penalty_form": "transformers"},
+            ValueError,
+            "the SavedModel export searches with the GNMT length penalty only",
+        ),
     ],
 )
 def test_bad_options_are_refused_before_anything_is_written(

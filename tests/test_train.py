@@ -205,9 +205,9 @@ def test_curve_scores_each_checkpoint_averaged_as_the_run_averages(
         translator = real_load(path)
         real_translate = translator.translate
 
-        def translate(texts, **options):
+        def translate(texts, *search, **options):
             seen.append(weights(translator.transformer))
-            return real_translate(texts, **options)
+            return real_translate(texts, *search, **options)
 
         translator.translate = translate
         return translator
