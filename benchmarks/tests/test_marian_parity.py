@@ -58,5 +58,7 @@ def test_ours_and_generate_translate_alike(tmp_path, monkeypatch):
     for search in ("greedy", "beam4"):
         assert outputs[(f"keras-{backend}", search)] == KNOWN[search][:4]
         assert outputs[("transformers", search)] == KNOWN[search][:4]
-    generation = json.loads((tmp_path / "work/marian/generation_config.json").read_text())
+    generation = json.loads(
+        (tmp_path / "work/marian/generation_config.json").read_text()
+    )
     assert generation["num_beams"] == 4
