@@ -195,3 +195,41 @@ def fsync_dir(path):
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def write_folder_atomic(folder, fill, what, needed, check=None):
+    """Write ``folder`` by ``fill(temporary)`` into a temporary sibling, then
+    rename it into place: a reader sees the old folder or the whole new
+    one. A previous non-empty folder is moved aside first and removed only
+    once the new one is in place (put back if that fails). ``check()``, if
+    given, runs again just before the rename: the folder may have appeared
+    while this one was written. ``needed`` bytes are checked for first, and
+    a disk that fills on the way raises ``DiskFullError`` naming ``what``;
+    nothing temporary is left."""
+    parent, name = os.path.split(folder)
+    os.makedirs(parent, exist_ok=True)
+    ensure_room(what, folder, needed)
+    temporary = os.path.join(parent, f".{name}.{uuid.uuid4().hex[:8]}.tmp")
+    old = None
+    try:
+        os.mkdir(temporary)
+        fill(temporary)
+        fsync_dir(temporary)
+        if check is not None:
+            check()
+        if os.path.isdir(folder) and os.listdir(folder):
+            old = os.path.join(parent, f".{name}.{uuid.uuid4().hex[:8]}.old.tmp")
+            os.replace(folder, old)
+        os.replace(temporary, folder)  # over an empty folder too
+    except BaseException as error:
+        if old is not None and not os.path.exists(folder):
+            os.replace(old, folder)  # put the previous folder back
+            old = None
+        shutil.rmtree(temporary, ignore_errors=True)
+        full = full_disk(error, what, folder, needed)
+        if full is not None:
+            raise full from error
+        raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+    fsync_dir(parent)

@@ -38,6 +38,7 @@ from keras_transformer.pretrained.marian_export import write_marian
 from keras_transformer.special_tokens import END_ID, PAD_ID, START_ID
 from tests import subprocess_coverage
 from tests.test_export_ctranslate2 import FIXTURE, load
+from tests.test_marian import make_checkpoint
 
 REPO = Path(__file__).resolve().parents[1]
 NUMBERS = [0, 1, 7, 12, 21, 40, 99, 101, 345, 1000, 2024, 70001, 999999]
@@ -293,21 +294,11 @@ def hf_checkpoint(proto, tmp_path_factory):
     for i in range(4, processor.get_piece_size()):
         vocabulary[processor.id_to_piece(i)] = len(vocabulary)
     vocabulary["<pad>"] = pad = len(vocabulary)
-    torch.manual_seed(0)
-    config = transformers.MarianConfig(
-        vocab_size=pad + 1, d_model=16, encoder_layers=2, decoder_layers=2,
-        encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=32,
-        decoder_ffn_dim=32, max_position_embeddings=64, pad_token_id=pad,
-        decoder_start_token_id=pad, activation_function="swish", scale_embedding=True,
-    )  # fmt: skip
-    model = transformers.MarianMTModel(config).eval()
-    with torch.no_grad():
-        model.final_logits_bias.normal_(0.0, 1.0)
-        for name, weight in model.named_parameters():
-            if "layer_norm" in name or name.endswith(".bias"):
-                weight.add_(0.1 * torch.randn_like(weight))
     folder = tmp_path_factory.mktemp("hf") / "checkpoint"
-    model.save_pretrained(folder)
+    make_checkpoint(
+        folder, vocab_size=pad + 1, pad_token_id=pad, decoder_start_token_id=pad,
+        activation_function="swish",
+    )  # fmt: skip
     for name in ("source.spm", "target.spm"):
         (folder / name).write_bytes(proto)
     (folder / "vocab.json").write_text(json.dumps(vocabulary))

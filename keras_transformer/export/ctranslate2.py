@@ -50,8 +50,6 @@ import dataclasses
 import gc
 import math
 import os
-import shutil
-import uuid
 import warnings
 
 import numpy as np
@@ -152,39 +150,22 @@ def export_ctranslate2(translator, out_dir, quantization=None, overwrite=False):
     metadata["ctranslate2_version"] = ctranslate2.__version__
     proto = bytes(translator.tokenizer.proto)
 
-    parent, name = os.path.split(out_dir)
-    os.makedirs(parent, exist_ok=True)
     needed = sum(v.nbytes for v in _arrays(spec)) + len(proto) + (1 << 20)
-    atomic.ensure_room("CTranslate2 model", out_dir, needed)
-    temporary = os.path.join(parent, f".{name}.{uuid.uuid4().hex[:8]}.tmp")
-    old = None
-    try:
-        os.mkdir(temporary)
+
+    def fill(temporary):
         spec.validate()
         spec.optimize(quantization=quantization)
         spec.save(temporary)
         atomic.write_atomic(os.path.join(temporary, TOKENIZER_FILE), proto)
         atomic.write_json_atomic(os.path.join(temporary, METADATA_FILE), metadata)
-        atomic.fsync_dir(temporary)
-        # Checked again: the folder may have appeared while this one was
-        # written.
-        _check_out_dir(out_dir, overwrite)
-        if os.path.isdir(out_dir) and os.listdir(out_dir):
-            old = os.path.join(parent, f".{name}.{uuid.uuid4().hex[:8]}.old.tmp")
-            os.replace(out_dir, old)
-        os.replace(temporary, out_dir)
-    except BaseException as error:
-        if old is not None and not os.path.exists(out_dir):
-            os.replace(old, out_dir)  # put the previous model back
-            old = None
-        shutil.rmtree(temporary, ignore_errors=True)
-        full = atomic.full_disk(error, "CTranslate2 model", out_dir, needed)
-        if full is not None:
-            raise full from error
-        raise
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
-    atomic.fsync_dir(parent)
+
+    atomic.write_folder_atomic(
+        out_dir,
+        fill,
+        "CTranslate2 model",
+        needed,
+        check=lambda: _check_out_dir(out_dir, overwrite),
+    )
     return out_dir
 
 

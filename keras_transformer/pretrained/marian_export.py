@@ -69,9 +69,7 @@ ctranslate2`` writes this package's models for CTranslate2 exactly.
 import dataclasses
 import json
 import os
-import shutil
 import tempfile
-import uuid
 
 import numpy as np
 
@@ -550,37 +548,19 @@ def _check_folder(folder, overwrite):
 
 
 def _write_folder(folder, files, overwrite):
-    """``files`` as ``folder``: written under a temporary sibling name, then
-    renamed into place; a previous folder is moved aside first and removed
-    only once the new one is in place (put back if that fails)."""
-    parent, name = os.path.split(folder)
-    os.makedirs(parent, exist_ok=True)
-    needed = sum(len(data) for data in files.values()) + (1 << 20)
-    atomic.ensure_room("Marian checkpoint", folder, needed)
-    temporary = os.path.join(parent, f".{name}.{uuid.uuid4().hex[:8]}.tmp")
-    old = None
-    try:
-        os.mkdir(temporary)
+    """``files`` as ``folder``, replaced whole (``atomic.write_folder_atomic``)."""
+
+    def fill(temporary):
         for file_name, data in files.items():
             atomic.write_atomic(
                 os.path.join(temporary, file_name), data, "Marian checkpoint"
             )
-        atomic.fsync_dir(temporary)
-        # Again: the folder may have appeared while this one was written.
-        _check_folder(folder, overwrite)
-        if os.path.isdir(folder) and os.listdir(folder):
-            old = os.path.join(parent, f".{name}.{uuid.uuid4().hex[:8]}.old.tmp")
-            os.replace(folder, old)
-        os.replace(temporary, folder)  # over an empty folder too
-    except BaseException as error:
-        if old is not None and not os.path.exists(folder):
-            os.replace(old, folder)
-            old = None
-        shutil.rmtree(temporary, ignore_errors=True)
-        full = atomic.full_disk(error, "Marian checkpoint", folder, needed)
-        if full is not None:
-            raise full from error
-        raise
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
-    atomic.fsync_dir(parent)
+
+    needed = sum(len(data) for data in files.values()) + (1 << 20)
+    atomic.write_folder_atomic(
+        folder,
+        fill,
+        "Marian checkpoint",
+        needed,
+        check=lambda: _check_folder(folder, overwrite),
+    )
