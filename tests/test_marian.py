@@ -390,8 +390,13 @@ def generated(translator, reference, texts, **options):
 
 @pytest.mark.parametrize(
     "options",
-    [{}, dict(length_penalty=0.6), dict(num_beams=1), dict(max_length=7)],
-    ids=["generation_config", "alpha_0.6", "greedy", "forced_end"],
+    [
+        pytest.param({}, id="generation_config"),
+        # Another value through the same compiled rules: one backend's run.
+        pytest.param(dict(length_penalty=0.6), id="alpha_0.6", marks=pytest.mark.once),
+        pytest.param(dict(num_beams=1), id="greedy"),
+        pytest.param(dict(max_length=7), id="forced_end"),
+    ],
 )
 def test_searches_equal_transformers_generate(trained, options):
     """An imported model searches as its generation config says, and as
@@ -448,6 +453,7 @@ def multi_target(tokenizer_files, tmp_path_factory):
     return Translator.from_preset(folder), reference, folder
 
 
+@pytest.mark.once  # the target-language token is text: no backend in it
 def test_a_multi_target_model_asks_for_its_target_language(multi_target):
     translator, reference, folder = multi_target
     assert translator.target_languages == ("deu", "nld")
@@ -474,6 +480,7 @@ def test_a_multi_target_model_asks_for_its_target_language(multi_target):
     assert translator.translate_ids(asked, beam_size=1) == got
 
 
+@pytest.mark.once  # the target-language token is text: no backend in it
 def test_kt_translate_takes_the_target_language(multi_target, tmp_path, capsys):
     from keras_transformer.cli import translate
 

@@ -40,6 +40,12 @@ from tests import subprocess_coverage
 from tests.test_export_ctranslate2 import FIXTURE, load
 from tests.test_marian import make_checkpoint
 
+# Writing a folder reads the weights out as NumPy arrays and computes the
+# rest in NumPy, whatever the backend, and its readers run on PyTorch: one
+# backend's run. That imported models search alike on every backend is
+# tests/test_marian.py's.
+pytestmark = pytest.mark.once
+
 REPO = Path(__file__).resolve().parents[1]
 NUMBERS = [0, 1, 7, 12, 21, 40, 99, 101, 345, 1000, 2024, 70001, 999999]
 TEXTS = [english(n) for n in NUMBERS]
@@ -305,7 +311,6 @@ def hf_checkpoint(proto, tmp_path_factory):
     return folder
 
 
-@pytest.mark.once
 def test_an_imported_checkpoint_is_written_back_as_it_came(hf_checkpoint, tmp_path):
     from safetensors.numpy import load_file
 
@@ -328,7 +333,6 @@ def test_an_imported_checkpoint_is_written_back_as_it_came(hf_checkpoint, tmp_pa
 # -- the tokenizer and the configs ---------------------------------------------
 
 
-@pytest.mark.once
 def test_marian_tokenizer_gives_the_same_ids_and_texts(numbers, folders):
     folder = folders["default"]
     theirs = quiet_tokenizer(folder)
@@ -348,7 +352,6 @@ def test_marian_tokenizer_gives_the_same_ids_and_texts(numbers, folders):
     assert decoded == words == tk.decode(numbers.tokenizer, rows)
 
 
-@pytest.mark.once
 def test_the_configs_say_how_transformers_searches(numbers, folders):
     folder = Path(folders["default"])
     config = transformers.MarianConfig.from_pretrained(str(folder))
@@ -378,7 +381,6 @@ def test_the_configs_say_how_transformers_searches(numbers, folders):
 # -- CTranslate2's converter ---------------------------------------------------
 
 
-@pytest.mark.once
 def test_ctranslate2_converts_the_folder(numbers_1e5, tmp_path):
     """CTranslate2's Marian loader starts decoding from a zero vector, not
     from the <pad> row (Marian's own models keep that row at zero): it
@@ -408,7 +410,6 @@ def test_ctranslate2_converts_the_folder(numbers_1e5, tmp_path):
 # -- what is refused, and the command ------------------------------------------
 
 
-@pytest.mark.once
 def test_what_marian_cannot_express_is_refused_by_name(proto, tmp_path):
     model = build_model(
         "tiny", src_vocab_size=60, num_layers=1, d_model=8, num_heads=2, d_ff=8,
@@ -439,7 +440,6 @@ def test_what_marian_cannot_express_is_refused_by_name(proto, tmp_path):
     assert os.listdir(tmp_path) == []
 
 
-@pytest.mark.once
 def test_an_existing_folder_is_kept_unless_overwritten(numbers, tmp_path):
     folder = tmp_path / "marian"
     folder.mkdir()
@@ -453,7 +453,6 @@ def test_an_existing_folder_is_kept_unless_overwritten(numbers, tmp_path):
     assert os.listdir(tmp_path) == ["marian"]  # no temporary folder left
 
 
-@pytest.mark.once
 def test_kt_export_writes_a_marian_folder(tmp_path, capsys):
     out = tmp_path / "marian"
     env = subprocess_coverage.environment(dict(os.environ, PYTHONPATH=str(REPO)))

@@ -368,9 +368,19 @@ def test_compiled_training_under_mixed_bfloat16():
     x, y = seq2seq_batch(np.random.default_rng(8), batch=4)
     before = [to_np(w) for w in model.trainable_weights]
     if BACKEND == "torch":
+        import torch
         from torch._dynamo.utils import counters
 
         counters.clear()
+        # What Keras changes on the first step, on which dynamo guards, so
+        # that the second step would trace and compile it all again: the
+        # layers' name-scope paths (set at their first call: an eager call
+        # sets them) and the weights' gradients (`zero_grad()` tests `p.grad
+        # is None`: gradients present from the start, replaced by the first
+        # step's). Then the four steps run one compilation.
+        model(x, training=True)
+        for weight in model.trainable_weights:
+            weight.value.grad = torch.zeros_like(weight.value)
     with warnings.catch_warnings():
         if BACKEND == "torch":
             # torch.compile (torch 2.13) warns as it traces: about deprecated
@@ -391,7 +401,8 @@ def test_compiled_training_under_mixed_bfloat16():
     assert all(changed)
     if BACKEND != "torch":
         return
-    # Graph breaks only at Keras' `loss.backward()` (counted once per trace):
+    # Graph breaks only at Keras' `loss.backward()` (counted once per trace,
+    # and one trace for the four steps):
     # no value check leaves the graph (the batch is checked on the host
     # first), nor Keras' probe for a flash-attention kernel. Each break would
     # cost the first step more tracing (docs/results.md).
@@ -399,6 +410,7 @@ def test_compiled_training_under_mixed_bfloat16():
     assert breaks and all("Tensor.backward()" in reason for reason in breaks), list(
         breaks
     )
+    assert sum(breaks.values()) == 1, "the train step was traced more than once"
     # That host check stops a bad streamed batch before the compiled update.
     bad = dict(x, encoder_inputs=_replace(x["encoder_inputs"], (1, 3), VOCAB + 10))
     trained = [to_np(w) for w in model.trainable_weights]

@@ -552,4 +552,7 @@ def test_warm_up_searches_every_shape_a_fixed_batch_can_take(trained, monkeypatc
     texts = [SOURCES[i] for i in (3, 150, 7, 199, 42, 11, 0)] + ["one " * 40]
     got = [translator.translate(texts[:n], **options) for n in (1, 2, 3, 8)]
     assert shapes and set(shapes) <= warmed
-    assert got == [trained.translate(texts[:n], beam_size=2) for n in (1, 2, 3, 8)]
+    # A text's translation does not depend on the others in its call (tested
+    # in test_translator_interface.py), so one reference call serves all.
+    expected = trained.translate(texts, beam_size=2)
+    assert got == [expected[:n] for n in (1, 2, 3, 8)]
