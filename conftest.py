@@ -26,8 +26,10 @@ records it for the ``once`` tests it collects; the other backends' runs
 record it otherwise only for the test files (and single tests) in
 ``PER_BACKEND_COVERAGE``, which reach lines that only some backends run
 (``tests/backend_coverage.py`` lists those lines and the tests reaching
-them). Tracing slows those runs markedly; every test still runs on every
-backend, only what coverage records differs.
+them); and no run records it for the costly tests in ``tests/untraced.txt``,
+whose lines other tests reach (``tests/redundant_coverage.py``). Tracing
+slows a test markedly; every test still runs on every backend, only what
+coverage records differs.
 """
 
 import gc
@@ -135,8 +137,24 @@ PER_BACKEND_COVERAGE = {
 }
 
 
+# Tests that run without coverage in every run (tests/untraced.txt, one node
+# id a line): costly ones whose every line and branch other traced tests
+# reach, as tests/redundant_coverage.py chose them from a run with test
+# contexts. The tracer roughly doubles the CPU time of the Python it
+# watches; leaving these out can only lower the coverage reported.
+UNTRACED = frozenset(
+    line.split("#", 1)[0].strip()
+    for line in open(
+        os.path.join(os.path.dirname(__file__), "tests", "untraced.txt"),
+        encoding="utf-8",
+    )
+) - {""}
+
+
 def _records_coverage(item, suite):
     """Whether this backend's run records coverage while ``item`` runs."""
+    if item.nodeid in UNTRACED:
+        return False
     if not suite or BACKEND == once_home(pytest.mark.once.mark, suite):
         return True
     if item.get_closest_marker("once") is not None:
