@@ -12,7 +12,9 @@ suite with test contexts and per-test CPU times::
 It goes through the traced tests, costliest first, and marks one untraced
 when every line and branch it reaches is reached by a test still traced; it
 prints the chosen node ids and the CPU seconds each took, in the form of
-``tests/untraced.txt``. Untracing can only
+``tests/untraced.txt``. Leave out the tests that start processes (servers,
+commands): what a process records carries no test's name, so its lines look
+reached by every test and would be lost with the test. Untracing can only
 lower the coverage a run reports (a line reached only by an untraced test
 counts as not run), never raise it; rerun this after changing the suite.
 """
@@ -60,7 +62,9 @@ def cpu_by_test(prefix):
 
 def untraceable(arcs, cost):
     """The tests, costliest first, whose arcs other traced tests all reach."""
-    reached = collections.Counter(arc for test_arcs in arcs.values() for arc in test_arcs)
+    reached = collections.Counter(
+        arc for test_arcs in arcs.values() for arc in test_arcs
+    )
     chosen = []
     for test in sorted(arcs, key=lambda t: -cost.get(t, 0.0)):
         if not test or cost.get(test, 0.0) < 1.0:
@@ -78,7 +82,9 @@ def main(data_file, cpu_prefix):
     for test in sorted(chosen):
         print(f"{test}  # {cost[test]:.1f} s")
     total = sum(cost[t] for t in chosen)
-    print(f"{len(chosen)} tests, {total:.0f} s of CPU with coverage on", file=sys.stderr)
+    print(
+        f"{len(chosen)} tests, {total:.0f} s of CPU with coverage on", file=sys.stderr
+    )
 
 
 if __name__ == "__main__":

@@ -54,6 +54,7 @@ def item(name, test, once=False):
     return types.SimpleNamespace(
         path=pathlib.Path("tests") / name,
         originalname=test,
+        nodeid=f"tests/{name}::{test}",
         get_closest_marker=markers.get,
     )
 
@@ -74,7 +75,7 @@ def item(name, test, once=False):
         (
             "tensorflow",
             "test_model.py",
-            "test_eager_call_matches_predict",
+            "test_other",
             False,
             False,
         ),
@@ -88,3 +89,23 @@ def test_which_tests_record_coverage(monkeypatch, backend, name, test, once, exp
     assert conftest._records_coverage(item(name, test, once), suite) is expected
     # Without run_all.sh's backend list (plain pytest) every test records.
     assert conftest._records_coverage(item(name, test, once), []) is True
+
+
+def test_the_untraced_tests_record_nowhere(monkeypatch):
+    """A test listed in tests/untraced.txt records in no run, even the one
+    that records every other test, and even with plain pytest."""
+    listed = sorted(conftest.UNTRACED)[0]
+    repo = pathlib.Path(__file__).resolve().parents[1]
+    assert listed.count("::") == 1 and (repo / listed.split("::")[0]).is_file()
+    name, test = listed.split("::")
+    untraced = types.SimpleNamespace(
+        path=pathlib.Path(name), originalname=test, nodeid=listed,
+        get_closest_marker={}.get,
+    )  # fmt: skip
+    for backend in ("torch", "jax", "tensorflow"):
+        monkeypatch.setattr(conftest, "BACKEND", backend)
+        assert (
+            conftest._records_coverage(untraced, ["tensorflow", "jax", "torch"])
+            is False
+        )
+        assert conftest._records_coverage(untraced, []) is False
