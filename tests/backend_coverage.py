@@ -23,18 +23,23 @@ from pathlib import Path
 REFERENCE = "torch"
 
 
-def arcs_by_test_file(path):
-    """{(source file, from, to): {test file, ...}} from one backend's data."""
-    found = collections.defaultdict(set)
+def context_arcs(path):
+    """``(source file, context, from, to)`` for each arc a coverage data file
+    recorded with test contexts holds, once per context that reached it."""
     with sqlite3.connect(path) as db:
-        rows = db.execute(
+        yield from db.execute(
             "select file.path, context.context, arc.fromno, arc.tono from arc "
             "join file on file.id = arc.file_id "
             "join context on context.id = arc.context_id"
         )
-        for source, context, start, end in rows:
-            test_file = context.split("::", 1)[0].rsplit("/", 1)[-1]
-            found[(source, start, end)].add(test_file)
+
+
+def arcs_by_test_file(path):
+    """{(source file, from, to): {test file, ...}} from one backend's data."""
+    found = collections.defaultdict(set)
+    for source, context, start, end in context_arcs(path):
+        test_file = context.split("::", 1)[0].rsplit("/", 1)[-1]
+        found[(source, start, end)].add(test_file)
     return found
 
 

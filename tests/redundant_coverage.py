@@ -7,7 +7,7 @@ tests that run without recording coverage; this script chooses them. Run the
 suite with test contexts and per-test CPU times::
 
     KT_CPU_REPORT=/tmp/cpu/r bash tests/run_all.sh --cov-context=test
-    python tests/redundant_coverage.py .coverage /tmp/cpu/r >> tests/untraced.txt
+    python -m tests.redundant_coverage .coverage /tmp/cpu/r >> tests/untraced.txt
 
 It goes through the traced tests, costliest first, and marks one untraced
 when every line and branch it reaches is reached by a test still traced; it
@@ -21,23 +21,18 @@ counts as not run), never raise it; rerun this after changing the suite.
 
 import collections
 import glob
-import sqlite3
 import sys
+
+from tests.backend_coverage import context_arcs
 
 
 def arcs_by_test(path):
     """{test node id: {(source file, from, to), ...}} from a combined data
     file recorded with ``--cov-context=test``."""
     found = collections.defaultdict(set)
-    with sqlite3.connect(path) as db:
-        rows = db.execute(
-            "select file.path, context.context, arc.fromno, arc.tono from arc "
-            "join file on file.id = arc.file_id "
-            "join context on context.id = arc.context_id"
-        )
-        for source, context, start, end in rows:
-            test = context.rsplit("|", 1)[0]  # "|setup", "|run", "|teardown"
-            found[test].add((source, start, end))
+    for source, context, start, end in context_arcs(path):
+        test = context.rsplit("|", 1)[0]  # "|setup", "|run", "|teardown"
+        found[test].add((source, start, end))
     return found
 
 

@@ -8,7 +8,7 @@ import pytest
 from coverage import CoverageData
 
 import conftest
-from tests import backend_coverage
+from tests import backend_coverage, redundant_coverage
 
 pytestmark = pytest.mark.once
 
@@ -109,3 +109,32 @@ def test_the_untraced_tests_record_nowhere(monkeypatch):
             is False
         )
         assert conftest._records_coverage(untraced, []) is False
+
+
+def test_the_costliest_tests_whose_arcs_others_reach_go_untraced(tmp_path):
+    """Costliest first: a test goes when every arc it reaches is reached by
+    a test still traced; the ones left then keep what they alone reach."""
+    write(
+        tmp_path,
+        "torch",
+        {
+            "tests/test_a.py::test_big|setup": {(1, 2)},
+            "tests/test_a.py::test_big|run": {(2, 3)},
+            "tests/test_b.py::test_mid|run": {(2, 3)},
+            "tests/test_c.py::test_small|run": {(1, 2), (4, 5)},
+            "": {(7, 8)},
+        },
+    )
+    arcs = redundant_coverage.arcs_by_test(tmp_path / ".coverage.torch")
+    assert arcs["tests/test_a.py::test_big"] == {
+        ("/src/pkg/backend.py", 1, 2), ("/src/pkg/backend.py", 2, 3),
+    }  # fmt: skip
+    cost = {
+        "tests/test_a.py::test_big": 30.0,
+        "tests/test_b.py::test_mid": 20.0,
+        "tests/test_c.py::test_small": 2.0,
+    }
+    assert redundant_coverage.untraceable(arcs, cost) == ["tests/test_a.py::test_big"]
+    # test_mid then alone reaches 2->3, test_small alone 1->2: both stay.
+    cost["tests/test_b.py::test_mid"] = 40.0
+    assert redundant_coverage.untraceable(arcs, cost) == ["tests/test_b.py::test_mid"]
