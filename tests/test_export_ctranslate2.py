@@ -156,6 +156,8 @@ def test_scores_equal_the_keras_models_log_softmax(numbers, tiny, name):
     )
     assert metadata["model"]["norm_first"] == MODELS[name]["norm_first"]
     assert metadata["model"]["layer_norm_epsilon"] == 1e-5
+    # The languages the Keras translator records (none here) travel along.
+    assert metadata["languages"] is None and fast.languages is None
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # the long one is cut

@@ -155,6 +155,8 @@ def test_numbers_run_writes_everything(finished):
 
     translator = load_translator(out / "translator.keras")
     assert type(translator).__name__ == "Translator"
+    # The task's pair, for servers that name it (LibreTranslate's API).
+    assert translator.languages == ("en", "de")
     # translator.keras: the model's weights and no optimizer state; a
     # checkpoint keeps the optimizer's (Adam's moments), for resuming.
     assert getattr(translator.transformer, "optimizer", None) is None

@@ -439,6 +439,7 @@ def _metadata(translator, pieces, special, special_pieces):
         "max_length": int(model.config.max_length),
         "max_output_length": translator.max_output_length,
         "extra_output_length": EXTRA_OUTPUT_LENGTH,
+        "languages": list(translator.languages) if translator.languages else None,
         "tokenizer": {
             "file": TOKENIZER_FILE,
             "pieces": len(pieces),

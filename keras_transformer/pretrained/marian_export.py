@@ -147,7 +147,9 @@ def write_marian(translator, folder, overwrite=False, search=None):
         GENERATION_CONFIG: _json(
             generation_config(translator, vocabulary, _search(translator, search))
         ),
-        TOKENIZER_CONFIG: _json(tokenizer_config(model, vocabulary)),
+        TOKENIZER_CONFIG: _json(
+            tokenizer_config(model, vocabulary, translator.languages)
+        ),
         **vocabulary.files,
     }
     _write_folder(folder, files, overwrite)
@@ -516,14 +518,16 @@ def generation_config(translator, vocabulary, search):
     }
 
 
-def tokenizer_config(model, vocabulary):
-    """``tokenizer_config.json``: ``MarianTokenizer``'s settings."""
+def tokenizer_config(model, vocabulary, languages=None):
+    """``tokenizer_config.json``: ``MarianTokenizer``'s settings, with the
+    translator's language codes where it has them."""
+    source, target = languages or (None, None)
     return {
         "tokenizer_class": "MarianTokenizer",
         "model_max_length": int(model.config.max_length),
         "separate_vocabs": TARGET_VOCABULARY in vocabulary.files,
-        "source_lang": None,
-        "target_lang": None,
+        "source_lang": source,
+        "target_lang": target,
         "unk_token": MARIAN_PIECES["unk"],
         "eos_token": MARIAN_PIECES["end"],
         "pad_token": MARIAN_PIECES["pad"],

@@ -4,6 +4,7 @@ search its generation config asks for."""
 import json
 import os
 
+from keras_transformer.data.languages import languages_of_name
 from keras_transformer.pretrained.marian import marian_transformer
 from keras_transformer.pretrained.marian_tokenizer import (
     UNKNOWN,
@@ -63,3 +64,23 @@ def generation_search(folder, max_length):
     limit = settings.get("max_length")
     limit = None if limit is None else min(int(limit) - 1, max_length)
     return search, limit
+
+
+def checkpoint_languages(folder):
+    """``(source, target)`` of a checkpoint: its ``tokenizer_config.json``'s
+    ``source_lang`` and ``target_lang`` where both are set, else its
+    folder's name in OPUS-MT's style (a Hugging Face cache folder's
+    ``models--Helsinki-NLP--opus-mt-de-en/snapshots/<hash>`` included), else
+    None."""
+    path = os.path.join(folder, "tokenizer_config.json")
+    if os.path.isfile(path):
+        with open(path, encoding="utf-8") as file:
+            config = json.load(file)
+        pair = config.get("source_lang"), config.get("target_lang")
+        if all(isinstance(code, str) and code for code in pair):
+            return pair
+    for part in reversed(os.path.normpath(os.path.abspath(folder)).split(os.sep)):
+        pair = languages_of_name(part)
+        if pair is not None:
+            return pair
+    return None

@@ -34,7 +34,7 @@ from keras_transformer.trainer.errors import (
 from keras_transformer.trainer.parallel import agreed, log, set_up
 from keras_transformer.trainer.report import report
 from keras_transformer.trainer.run_folder import RESULTS_FILE, RunFolder
-from keras_transformer.trainer.tasks import make_task
+from keras_transformer.trainer.tasks import make_task, task_languages
 from keras_transformer.translate.keras_translator import Translator, inference_copy
 
 
@@ -149,7 +149,7 @@ def _train(config, task, data, folder, setup, replicas, shard):
         raise Diverged(
             f"the final weights are not finite: no {folder.translator} written"
         )
-    translator = _translator(tokenizer, model, start_from)
+    translator = _translator(config, tokenizer, model, start_from)
     folder.save_translator(translator, outcome.seconds)
     log(f"saved {folder.translator}")
     return outcome.seconds
@@ -181,16 +181,19 @@ def _preempted(outcome, folder):
     )
 
 
-def _translator(tokenizer, model, start_from):
-    """The trained translator; one fine-tuned from a pretrained one searches
-    as that one did (an imported model: as its generation config says)."""
+def _translator(config, tokenizer, model, start_from):
+    """The trained translator, with the language codes of its task; one
+    fine-tuned from a pretrained one searches as that one did (an imported
+    model: as its generation config says)."""
+    languages = task_languages(config)
     if start_from is None:
-        return Translator(tokenizer, inference_copy(model))
+        return Translator(tokenizer, inference_copy(model), languages=languages)
     return Translator(
         tokenizer,
         inference_copy(model),
         max_output_length=start_from.max_output_length,
         search=start_from.default_search,
+        languages=languages or start_from.languages,
     )
 
 
@@ -210,7 +213,7 @@ def _diverged(config, outcome, model, tokenizer, folder, start_from):
     except UsageError:  # none of them loads
         used = []
     if used and checkpoints.weights_are_finite(model):
-        translator = _translator(tokenizer, model, start_from)
+        translator = _translator(config, tokenizer, model, start_from)
         folder.save_translator(translator, outcome.seconds)
         last = os.path.basename(used[-1])
         if len(used) == 1:

@@ -16,6 +16,7 @@ import time
 import numpy as np
 
 from keras_transformer import data as ktd
+from keras_transformer.data.languages import check_languages
 from keras_transformer.search.options import SearchOptions
 from keras_transformer.trainer.errors import ConfigError, UsageError
 from keras_transformer.trainer.parallel import log
@@ -267,3 +268,16 @@ def uniform_and_edge_numbers(translator, uniform, search):
     else:
         log(f"edge numbers ({names}): all right")
     return results
+
+
+def task_languages(config):
+    """The ``(source, target)`` codes a translator trained on ``config``'s
+    task records: the numbers task's English to German; a corpus's
+    ``source`` and ``target`` file suffixes where they are language codes
+    (``de``, ``en``), else None."""
+    if task_class(config) is NumbersTask:
+        return ("en", "de")
+    try:
+        return check_languages((config.source, config.target))
+    except ValueError:
+        return None

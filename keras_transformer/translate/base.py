@@ -85,6 +85,8 @@ class TranslatorBase:
     - ``default_search``: the ``SearchOptions`` a call without ``search``
       starts from, if not the paper's (a model imported from a checkpoint
       searches as its generation config says);
+    - ``languages``: ``(source, target)`` language codes where known
+      (``keras_transformer.data.languages``), else None;
 
     and methods: ``engine`` (a property: what translates, in words),
     ``default_batch_size`` (a property) and ``_search_sorted`` (below);
@@ -101,6 +103,7 @@ class TranslatorBase:
     extra_output_length = EXTRA_OUTPUT_LENGTH
     source_vocabulary_size = None
     default_search = None
+    languages = None
 
     # -- what an engine supplies ----------------------------------------------------
 
@@ -245,6 +248,14 @@ class TranslatorBase:
             search's ``log P(Y | X) / lp(Y)``.
         """
         return self._decode(source_ids, self.search_options(search, **options))
+
+    gives_attention = False
+
+    def attention_maps(self, source, target=None):
+        """The attention weights of one sentence pair (an ``AttentionMaps``),
+        for an engine that gives them (``gives_attention``); an engine that
+        computes none raises ``NotImplementedError`` naming itself."""
+        raise NotImplementedError(f"{self.engine} gives no attention weights")
 
     @property
     def target_languages(self):

@@ -71,6 +71,7 @@ import math
 import numbers
 import os
 
+from keras_transformer.data.languages import check_languages
 from keras_transformer.data.tokenizer import SentencePiece
 from keras_transformer.search.options import (
     check_length,
@@ -193,6 +194,8 @@ class CTranslate2Translator(TranslatorBase):
         )
         self.max_output_length = self.metadata.get("max_output_length")
         self.extra_output_length = int(self.metadata["extra_output_length"])
+        # Exports written before the codes were recorded have none.
+        self.languages = check_languages(self.metadata.get("languages"))
         special = self.metadata["special_ids"]
         self.pad_id, self.start_id, self.end_id = (
             special["pad"],

@@ -36,6 +36,7 @@ import threading
 import keras
 import numpy as np
 
+from keras_transformer.data.languages import check_languages
 from keras_transformer.data.tokenizer import END_ID, PAD_ID, UNK_ID, special_ids
 from keras_transformer.search import decoding, shapes
 from keras_transformer.search.options import SearchOptions, check_length
@@ -101,9 +102,11 @@ class Translator(TranslatorBase, keras.Model):
         max_output_length=None,
         search_dtype="float32",
         search=None,
+        languages=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
+        self.languages = check_languages(languages)
         if isinstance(search, dict):
             search = SearchOptions(**search)
         self.default_search = SearchOptions.of(search)
@@ -143,6 +146,16 @@ class Translator(TranslatorBase, keras.Model):
                 f"vocabulary only {self.source_vocabulary_size}."
             )
 
+    gives_attention = True
+
+    def attention_maps(self, source, target=None):
+        """``kt.attention_maps(self, source, target)``: the weights of every
+        attention sub-layer for one sentence pair (target: the greedy
+        translation by default)."""
+        from keras_transformer.translate.attention_maps import attention_maps
+
+        return attention_maps(self, source, target)
+
     def call(self, inputs, training=None):
         return self.transformer(inputs, training=training)
 
@@ -156,6 +169,8 @@ class Translator(TranslatorBase, keras.Model):
         )
         if self.default_search != SearchOptions():
             config["search"] = dataclasses.asdict(self.default_search)
+        if self.languages is not None:
+            config["languages"] = list(self.languages)
         return config
 
     @classmethod
@@ -186,14 +201,21 @@ class Translator(TranslatorBase, keras.Model):
         the checkpoint's generation config asks (``default_search``:
         transformers' beam search and length penalty, its beam size and
         output limit) unless ``search`` and ``max_output_length`` say
-        otherwise.
+        otherwise. Its ``languages`` come from the checkpoint's
+        ``tokenizer_config.json`` (``source_lang``, ``target_lang``) or its
+        folder's name (``opus-mt-de-en``), unless ``languages`` is given.
         """
         from keras_transformer.pretrained.hub import local_folder
-        from keras_transformer.pretrained.preset import generation_search, marian_parts
+        from keras_transformer.pretrained.preset import (
+            checkpoint_languages,
+            generation_search,
+            marian_parts,
+        )
 
         folder = local_folder(source)
         tokenizer, transformer = marian_parts(folder, dtype=dtype)
         search, limit = generation_search(folder, transformer.max_length)
+        kwargs.setdefault("languages", checkpoint_languages(folder))
         kwargs.setdefault("search", search)
         kwargs.setdefault("max_output_length", limit)
         return cls(tokenizer, transformer, **kwargs)
