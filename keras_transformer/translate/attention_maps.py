@@ -22,6 +22,7 @@ import keras
 import numpy as np
 
 from keras_transformer.data.tokenizer import END_ID, START_ID, encode
+from keras_transformer.translate.heat_map import HeatMap
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,6 +69,27 @@ class AttentionMaps:
     @property
     def num_heads(self):
         return self.cross_attention.shape[1]
+
+    def heat_map(self, layer=-1, head=None):
+        """The cross-attention of one layer and head as a ``HeatMap``.
+
+        Args:
+            layer: int, a Python index into the layers (``-1``: the last), or
+                None for the mean over layers.
+            head: int, a Python index into the heads, or None (default) for
+                the mean over heads.
+
+        Returns:
+            A ``keras_transformer.translate.heat_map.HeatMap``, which a
+            notebook shows as an HTML table (rows: the target tokens
+            predicted, columns: the source tokens).
+        """
+        return HeatMap(self, layer, head)
+
+    def _repr_html_(self):
+        # A notebook cell that ends in `maps` shows where the decoder looked:
+        # the last layer, heads averaged, as plot_attention_maps' default.
+        return self.heat_map()._repr_html_()
 
 
 def attention_maps(translator, source, target=None):
