@@ -36,6 +36,9 @@ import gc
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# trio (Selenium's) registers a Hypothesis plugin whose set-up warns, and
+# warnings are errors here; the suite uses no Hypothesis plugins.
+os.environ.setdefault("HYPOTHESIS_NO_PLUGINS", "1")
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402

@@ -2,7 +2,8 @@
 # The one test command:  bash tests/run_all.sh [--quick] [extra pytest args...]
 #
 # 1. creates a fresh virtual environment ($VENV, default <repo>/.venv-test),
-# 2. installs the package with its test extras, pinned by constraints.txt:
+# 2. installs the package with its test extras, pinned by constraints.txt
+#    (and, as root, Debian's chromium and chromium-driver for the page tests):
 #        uv pip install -c constraints.txt -e ".[test]"
 #    (uv from PyPI, with pip's settings; pip itself if uv fails:
 #        pip install --no-compile -c constraints.txt -e ".[test]"),
@@ -209,6 +210,25 @@ for name in ("keras", "tensorflow", "jax", "torch", "keras-hub", "numpy"):
     except md.PackageNotFoundError:
         print(f"    {name}: not installed")
 EOF
+# The page tests drive Debian's chromium through chromium-driver (system
+# packages, not pip's): installed here when missing and this runs as root.
+if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then
+    if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null; then
+        echo "==> apt-get install chromium chromium-driver (the page tests' browser)"
+        apt_log="$logs/apt.log"
+        if ! { DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+                chromium chromium-driver >"$apt_log" 2>&1 ||
+            { apt-get update -q >>"$apt_log" 2>&1 &&
+                DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+                    chromium chromium-driver >>"$apt_log" 2>&1; }; }; then
+            tail -n 20 "$apt_log"
+            echo "could not install chromium and chromium-driver; the page tests will fail"
+        fi
+    else
+        echo "==> no chromium or chromedriver, and not root: install Debian's chromium and"
+        echo "    chromium-driver (apt-get install chromium chromium-driver); the page tests fail without"
+    fi
+fi
 children_cpu
 echo "==> install took $(fmt_duration $((SECONDS - install_start))) (CPU $(fmt_duration "$cpu_seconds"))"
 

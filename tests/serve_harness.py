@@ -6,7 +6,8 @@ The real command (``keras_transformer.cli.serve.main``) around the real
 translator, whose ``translate`` obeys two kinds of text: ``"sleep:S"`` sleeps
 S seconds (a slow batch, so that a queue fills or a SIGTERM finds requests in
 flight) and is translated as ``""``; ``"crash"`` raises ``RuntimeError`` (a
-search that fails for one batch). Any other text is translated as usual.
+search that fails for one batch), and so does its attention map (an error
+outside the search). Any other text is translated as usual.
 """
 
 import sys
@@ -31,6 +32,11 @@ class FaultyTranslator:
                 time.sleep(float(text[len("sleep:") :]))
         texts = ["" if text.startswith("sleep:") else text for text in texts]
         return self._translator.translate(texts, search, **options)
+
+    def attention_maps(self, source, target=None):
+        if source == "crash":
+            raise RuntimeError("the attention crashed (injected)")
+        return self._translator.attention_maps(source, target)
 
 
 if __name__ == "__main__":

@@ -39,6 +39,8 @@ def environment(env=None):
             f"branch = {config.branch}\n"
             f"source =\n    {sources}\n"
             f"omit =\n    {omitted}\n"
+            # A server stopped at once ends with os._exit: save the data first.
+            "patch = _exit\n"
         )
     env["COVERAGE_PROCESS_START"] = rc.name
     return env

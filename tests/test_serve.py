@@ -25,6 +25,7 @@ import threading
 import time
 import urllib.parse
 
+import numpy as np
 import pytest
 
 from keras_transformer.translate.evaluation import load_translator
@@ -43,6 +44,9 @@ SENTENCES = [
     "four hundred thousand twelve",
 ]
 READY = re.compile(r"kt-serve: ready on (http://\S+)")
+# Requests a minute per client address for the module's server: more than
+# its tests make from 127.0.0.1; one test exhausts 127.0.0.2's.
+ANONYMOUS_LIMIT = 120
 
 
 class Server:
@@ -74,9 +78,13 @@ class Server:
         for line in self.process.stderr:
             self.stderr.append(line)
 
-    def request(self, method, path, body=None, headers=None, timeout=120):
-        """``(status, headers, body)``; a JSON body decoded."""
-        connection = http.client.HTTPConnection(self.host, self.port, timeout=timeout)
+    def request(self, method, path, body=None, headers=None, timeout=120, source=None):
+        """``(status, headers, body)``; a JSON body decoded. ``source``: the
+        client's address (another loopback address is another client)."""
+        connection = http.client.HTTPConnection(
+            self.host, self.port, timeout=timeout,
+            source_address=(source, 0) if source else None,
+        )  # fmt: skip
         try:
             if isinstance(body, (dict, list)):
                 body = json.dumps(body)
@@ -131,7 +139,8 @@ def server():
     demand (tests/serve_harness.py); a queue of 16 sentences."""
     running = Server(
         "tests.serve_harness", "--model", FIXTURE, "--max-queue", "16",
-        "--max-wait-ms", "50",
+        "--max-wait-ms", "50", "--source-lang", "en", "--target-lang", "de",
+        "--req-limit", str(ANONYMOUS_LIMIT),
     )  # fmt: skip
     yield running
     running.stop()
@@ -172,9 +181,11 @@ BAD = [
     (b'{"texts": ["\\ud800"]}', 400, "texts[0] is not valid Unicode"),
     (b'{"texts": ["zero"], "beam_size": 0}', 400, "beam_size must be >= 1"),
     (b'{"texts": ["zero"], "beam_size": "4"}', 400, "beam_size must be an int"),
-    (b'{"texts": ["zero"], "beam_size": 17}', 400, "server's maximum 16"),
+    (b'{"texts": ["zero"], "beam_size": 17}', 400, "beam_size in [1, 4]"),
     (b'{"texts": ["zero"], "length_penalty": -1}', 400, "length_penalty must be >= 0"),
     (b'{"texts": ["zero"], "length_penalty": NaN}', 400, "length_penalty must be"),
+    (b'{"texts": ["zero"], "length_penalty": 1e308}', 400, "finite in float32"),
+    (b'{"texts": ["zero"], "beam_size": 1' + b"0" * 5000 + b"}", 400, "out of range"),
     (json.dumps({"texts": ["zero"] * 65}).encode(), 413, "at most 64"),
     (json.dumps({"texts": ["one " * 300]}).encode(), 413, "texts[0] is"),
 ]
@@ -236,6 +247,24 @@ def test_a_client_that_disconnects_is_dropped_from_the_queue(server):
     assert server.metric("kt_serve_errors_total", 'kind="disconnected"') == 1
 
 
+def test_a_client_that_leaves_during_its_search_has_its_other_groups_skipped(server):
+    """16 texts (the module server's whole queue) are two groups of 8,
+    searched in turn; each text sleeps 0.2 s. The client hangs up while the
+    first group runs: the second is never searched."""
+    before = server.metric("kt_serve_dropped_sentences_total")
+    body = json.dumps({"texts": ["sleep:0.2"] * 16}).encode()
+    with socket.create_connection((server.host, server.port)) as gone:
+        gone.sendall(
+            b"POST /translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            + f"Content-Length: {len(body)}\r\n\r\n".encode()
+            + body
+        )
+        time.sleep(0.5)
+    status, _, _ = server.translate(["zero"])  # after the first group
+    assert status == 200
+    assert server.metric("kt_serve_dropped_sentences_total") - before == 8
+
+
 def test_a_crashed_search_answers_its_batch_500_and_the_server_goes_on(
     server, translator
 ):
@@ -244,6 +273,157 @@ def test_a_crashed_search_answers_its_batch_500_and_the_server_goes_on(
     assert "RuntimeError: the search crashed (injected)" in answer["error"]
     status, _, answer = server.translate(["zero"])
     assert (status, answer["translations"]) == (200, translator.translate(["zero"]))
+
+
+def libretranslate(server, key=None):
+    from libretranslatepy import LibreTranslateAPI
+
+    return LibreTranslateAPI(f"http://{server.host}:{server.port}", api_key=key)
+
+
+def test_a_libretranslate_client_translates_as_offline(server, translator):
+    """libretranslatepy sends a form body; its api_key is ignored without
+    --api-keys, as LibreTranslate does."""
+    client = libretranslate(server, key="any-key")
+    assert [client.translate(t, "en", "de") for t in SENTENCES[:3]] == (
+        translator.translate(SENTENCES[:3])
+    )
+    assert (
+        client.translate(SENTENCES[3], "auto", "de")
+        == translator.translate(SENTENCES[3:4])[0]
+    )
+    assert client.languages() == [
+        {"code": "en", "name": "English", "targets": ["de"]},
+        {"code": "de", "name": "German", "targets": []},
+    ]
+
+
+def test_libretranslate_fields_in_json_form_or_query_alternatives_and_html(
+    server, translator
+):
+    pair = {"source": "en", "target": "de"}
+    _, _, listed = server.request("POST", "/translate", {"q": SENTENCES[:3], **pair})
+    assert listed == {"translatedText": translator.translate(SENTENCES[:3])}
+    query = urllib.parse.urlencode({"q": "seven", **pair})
+    _, _, queried = server.request("POST", f"/translate?{query}")
+    assert queried == {"translatedText": translator.translate(["seven"])[0]}
+    best = translator.n_best(["seven", "eighty"], n=3)
+    _, _, one = server.request(
+        "POST", "/translate", {"q": "seven", "alternatives": 2, **pair}
+    )
+    assert one == {
+        "translatedText": best[0][0][0],
+        "alternatives": [text for text, _ in best[0][1:]],
+    }
+    form = urllib.parse.urlencode({"q": "eighty", "alternatives": "2", **pair})
+    _, _, formed = server.request(
+        "POST", "/translate", form,
+        {"Content-Type": "application/x-www-form-urlencoded"},
+    )  # fmt: skip
+    assert formed["alternatives"] == [text for text, _ in best[1][1:]]
+    markup = '<p class="n">seven <b>eighty</b></p>\n<script>zero < 1</script>'
+    seven, eighty = translator.translate(["seven", "eighty"])
+    _, _, html = server.request(
+        "POST", "/translate", {"q": markup, "format": "html", **pair}
+    )
+    assert html == {
+        "translatedText": f'<p class="n">{seven} <b>{eighty}</b></p>\n'
+        "<script>zero < 1</script>"
+    }
+
+
+LIBRETRANSLATE_BAD = [
+    ({"q": "seven", "source": "fr", "target": "de"}, 400, "it translates en → de"),
+    ({"q": "seven", "source": "en"}, 400, "missing target"),
+    ({"q": "seven", "source": "en", "target": "de", "format": "xml"}, 400, "format"),
+    ({"q": "seven", "source": "en", "target": "de", "alternatives": 9}, 400, "[0, 3]"),
+    ({"q": [], "source": "en", "target": "de"}, 400, "q is empty"),
+    ({"q": ["a", 1], "source": "en", "target": "de"}, 400, "q[1] must be a string"),
+    ({"q": "seven", "source": "en", "target": "de", "x" * 900_000: 1}, 400, "…'"),
+]
+
+
+def test_libretranslate_errors_are_its_shape_and_name_the_problem(server):
+    for body, status, words in LIBRETRANSLATE_BAD:
+        got, _, answer = server.request("POST", "/translate", body)
+        assert (got, words in answer["error"]) == (status, True), answer
+        assert len(answer["error"]) < 1000
+    for path in ("/detect", "/translate_file", "/suggest"):
+        got, _, answer = server.request("POST", path, {"q": "seven"})
+        assert got == 501 and "not offered" in answer["error"]
+    # No redirect built from the Host header: a path with a slash is unknown.
+    got, headers, _ = server.request("POST", "/translate/", {"texts": ["seven"]})
+    assert got == 404 and "location" not in headers
+
+
+def test_an_error_outside_the_search_is_a_counted_json_500(server):
+    before = server.metric("kt_serve_errors_total", 'kind="internal"')
+    status, _, answer = server.request("POST", "/explain", {"text": "crash"})
+    assert status == 500 and answer == {"error": "internal error (RuntimeError)"}
+    assert server.metric("kt_serve_errors_total", 'kind="internal"') == before + 1
+    assert server.metric("kt_serve_requests_total", 'code="500",path="/explain"') >= 1
+    status, _, _ = server.translate(["seven"])
+    assert status == 200
+
+
+def test_an_anonymous_client_over_its_rate_gets_429_others_do_not(server):
+    """127.0.0.2 is another client of the same server: its bucket empties
+    (cheap 400s, answered after the rate is checked); 127.0.0.1's does not."""
+    bad = {"q": "seven", "source": "fr", "target": "de"}
+    flood = [
+        server.request("POST", "/translate", bad, source="127.0.0.2")[0]
+        for _ in range(ANONYMOUS_LIMIT + 10)
+    ]
+    # One token comes back every 0.5 s: a second of flooding may earn two.
+    assert ANONYMOUS_LIMIT <= flood.count(400) <= ANONYMOUS_LIMIT + 4, flood
+    assert flood[-1] == 429
+    assert server.translate(["seven"])[0] == 200
+
+
+def test_the_page_translates_with_the_n_best_and_the_attention(
+    server, translator, tmp_path
+):
+    """In headless chromium: the page's translation equals the API's, its
+    n-best list the translator's, and its heat map, for a chosen translation,
+    layer and head, equals kt.attention_maps'."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    import keras_transformer as kt
+    from tests import browser
+
+    text = SENTENCES[0]
+    _, _, api = server.translate([text])
+    n_best = translator.n_best([text])[0]
+    driver = browser.chromium()
+    try:
+        url = f"http://{server.host}:{server.port}/"
+        translation, error = browser.translate_on_page(driver, url, text)
+        assert (translation, error) == (api["translations"][0], "")
+        listed = driver.find_elements(By.CSS_SELECTOR, "#n-best li .text")
+        scores = driver.find_elements(By.CSS_SELECTOR, "#n-best li .score")
+        assert [item.text for item in listed] == [t for t, _ in n_best]
+        np.testing.assert_allclose(
+            [float(s.text) for s in scores], [s for _, s in n_best], atol=1e-4
+        )
+        driver.find_elements(By.CSS_SELECTOR, "#n-best li")[1].click()
+        Select(driver.find_element(By.ID, "layer")).select_by_visible_text("1")
+        Select(driver.find_element(By.ID, "head")).select_by_visible_text("2")
+        rows, columns, row_labels, column_labels = browser.heat_map_shape(driver)
+        weights = browser.cell_weights(driver)
+        shown = driver.find_element(By.ID, "translation").text
+        browser.screenshot(driver, tmp_path, "page")
+    finally:
+        driver.quit()
+    assert shown == n_best[1][0]
+    maps = kt.attention_maps(translator, text, shown)
+    assert (row_labels, column_labels) == (maps.target_tokens, maps.source_tokens)
+    assert (rows, columns) == (
+        len(maps.target_tokens),
+        [len(maps.source_tokens)] * rows,
+    )
+    np.testing.assert_allclose(weights, maps.cross_attention[0, 1], atol=1e-5)
+    assert os.path.getsize(tmp_path / "page.png") > 1000
 
 
 def test_sigterm_answers_the_requests_in_flight_then_exits_0(server, translator):
@@ -272,19 +452,30 @@ def test_the_ctranslate2_export_is_served_and_answers_as_it_translates(
 ):
     from keras_transformer.export.ctranslate2 import export_ctranslate2
     from keras_transformer.translate.ctranslate2_translator import load_ctranslate2
+    from tests import browser
 
     path = export_ctranslate2(translator, tmp_path / "numbers")
     running = Server("keras_transformer.cli.serve", "--model", str(path))
+    driver = browser.chromium()
     try:
         answers = concurrently(
             [lambda text=text: running.translate([text]) for text in SENTENCES]
         )
         _, _, health = running.request("GET", "/health")
+        url = f"http://{running.host}:{running.port}/"
+        on_page = browser.translate_on_page(driver, url, SENTENCES[0])
+        note = driver.find_element("id", "attention-note").text
+        rows = browser.heat_map_shape(driver)[0]
+        browser.screenshot(driver, tmp_path, "page-ctranslate2")
     finally:
+        driver.quit()
         status = running.stop()
     expected = load_ctranslate2(path).translate(SENTENCES)
     assert [body["translations"] for _, _, body in answers] == [[t] for t in expected]
-    assert health["engine"].startswith("ctranslate2")
+    assert health["engine"].startswith("ctranslate2") and not health["attention"]
+    # The page translates and says why there is no heat map.
+    assert on_page == (expected[0], "")
+    assert "computes no attention weights" in note and rows == 0
     assert status == 0, "".join(running.stderr)
 
 

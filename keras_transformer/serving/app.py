@@ -16,23 +16,44 @@ import traceback
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.responses import JSONResponse, Response
+from starlette.requests import ClientDisconnect
+from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
-from keras_transformer.serving.batcher import Batcher, QueueFull, SearchFailed
+from keras_transformer.search.options import SearchOptions
+from keras_transformer.serving.access import RateLimiter
+from keras_transformer.serving.batcher import Aborted, Batcher, QueueFull, SearchFailed
+from keras_transformer.serving.explain import explanation
+from keras_transformer.serving.libretranslate import (
+    is_libretranslate,
+    languages_answer,
+    parse_libretranslate,
+)
 from keras_transformer.serving.metrics import Metrics
-from keras_transformer.serving.requests import Limits, RequestError, parse_translate
+from keras_transformer.serving.page import page_html
+from keras_transformer.serving.requests import (
+    KEY_FIELD,
+    Limits,
+    RequestError,
+    parse_explain,
+    parse_translate,
+    read_fields,
+)
 
 # Seconds a client is asked to wait before it retries a 503.
 RETRY_AFTER = 1
 # HTTP has no code for "the client went away"; nginx's is the usual one.
 CLIENT_CLOSED = 499
-PATHS = ("/translate", "/health", "/metrics")
+PATHS = ("/", "/translate", "/explain", "/languages", "/health", "/metrics")
+# LibreTranslate's endpoints that a one-pair model server does not offer
+# (docs/known-issues.md): answered 501 in its error shape, not 404.
+NOT_OFFERED = ("/detect", "/translate_file", "/suggest")
 
 
 @dataclasses.dataclass(frozen=True)
 class Settings:
-    """How the server batches and what it accepts (``kt-serve``'s options).
+    """How the server batches, what it accepts and from whom (``kt-serve``'s
+    options).
 
     Attributes:
         max_batch_size: the most sentences per search call.
@@ -44,8 +65,16 @@ class Settings:
             batch while the translator is idle.
         max_queue: the most sentences waiting; beyond, 503 with Retry-After.
         max_texts: texts per request.
-        max_beam_size: the largest ``beam_size`` a request may ask.
+        beam_sizes: the beam sizes a request may ask; each is compiled at
+            warm-up (the translator's default beam size is always one).
+        max_request_cost: the most source tokens × beam size per request.
         max_body_bytes: the largest request body.
+        char_limit: the most characters of text per request, or None.
+        req_limit: requests a minute per API key (per client address
+            without keys), or None for no limit.
+        api_keys: a ``KeyRing``, or None: anyone may translate.
+        languages: ``(source, target)`` codes for a translator that records
+            none, or None.
     """
 
     max_batch_size: int = 64
@@ -53,12 +82,17 @@ class Settings:
     max_wait_ms: float = 5.0
     max_queue: int = 1024
     max_texts: int = 64
-    max_beam_size: int = 16
+    beam_sizes: tuple = (1, 4)
+    max_request_cost: int = 16384
     max_body_bytes: int = 1 << 20
+    char_limit: int | None = None
+    req_limit: int | None = None
+    api_keys: object = None
+    languages: tuple | None = None
 
 
-def _error(status, message, retry=False):
-    headers = {"Retry-After": str(RETRY_AFTER)} if retry else None
+def _error(status, message, retry_after=None):
+    headers = {"Retry-After": str(retry_after)} if retry_after else None
     return JSONResponse({"error": message}, status_code=status, headers=headers)
 
 
@@ -69,12 +103,17 @@ async def _disconnect(receive):
         pass
 
 
+def _bearer(request):
+    scheme, _, credentials = request.headers.get("authorization", "").partition(" ")
+    return credentials.strip() if scheme.lower() == "bearer" else None
+
+
 class Service:
     """One translator behind the endpoints.
 
     Args:
-        load: ``load()`` → a translator (``Translator`` or
-            ``CTranslate2Translator``); run in the search thread.
+        load: ``load()`` → an engine of the translator interface
+            (``translate.base``); run in the search thread.
         name, version: what answers say they come from.
         settings: ``Settings``.
         on_ready: optional ``on_ready()``, once the translator is warm.
@@ -88,9 +127,13 @@ class Service:
         self.name, self.version = name, version
         self.state, self.error = "loading", None
         self.translator = None
+        self.languages = None
         self._load = load
         self.on_ready, self.on_failure = on_ready, on_failure
         self.limits = None
+        self.limiter = (
+            RateLimiter(self.settings.req_limit) if self.settings.req_limit else None
+        )
         self.executor = concurrent.futures.ThreadPoolExecutor(
             1, thread_name_prefix="kt-serve-search"
         )
@@ -100,15 +143,29 @@ class Service:
     def app(self):
         """The Starlette application."""
         routes = [
+            Route("/", self._counted(self.page), methods=["GET"]),
             Route("/translate", self._counted(self.translate), methods=["POST"]),
+            Route("/explain", self._counted(self.explain), methods=["POST"]),
+            Route("/languages", self._counted(self.languages_list), methods=["GET"]),
             Route("/health", self._counted(self.health), methods=["GET"]),
             Route("/metrics", self._counted(self.scrape), methods=["GET"]),
         ]
-        return Starlette(
+        routes += [
+            Route(path, self._counted(self.not_offered), methods=["GET", "POST"])
+            for path in NOT_OFFERED
+        ]
+        app = Starlette(
             routes=routes,
             lifespan=self._lifespan,
-            exception_handlers={HTTPException: self._http_error},
+            exception_handlers={
+                HTTPException: self._http_error,
+                Exception: self._server_error,
+            },
         )
+        # A redirect to "/translate" from "/translate/" would build its
+        # Location from the client's Host header.
+        app.router.redirect_slashes = False
+        return app
 
     # -- life -------------------------------------------------------------------
 
@@ -151,24 +208,29 @@ class Service:
         # Any engine of the translator interface (translate.base): the
         # calls below are the interface's.
         translator = self._load()
+        self.languages = _languages(translator, self.settings.languages)
         # A call's sentences are sorted by length and searched in groups of
         # search_batch_size, each padded to that many rows: a Keras
-        # translator then compiles one search per width, all of them now
-        # (for the default beam size), not one of several seconds whenever
-        # a group of a new size arrives.
+        # translator then compiles one search per width and beam size, all
+        # of them now, not one of several seconds on the search thread
+        # whenever a group of a new size arrives.
         search = translator.search_options(
             batch_size=min(
                 self.settings.search_batch_size, self.settings.max_batch_size
             ),
             fixed_batch=True,
         )
+        beam_sizes = tuple(sorted({*self.settings.beam_sizes, search.beam_size}))
         self.limits = Limits(
             max_texts=self.settings.max_texts,
             max_tokens=translator.source_max_length or sys.maxsize,
-            max_beam_size=self.settings.max_beam_size,
+            beam_sizes=beam_sizes,
+            max_cost=self.settings.max_request_cost,
+            max_chars=self.settings.char_limit,
             search=search,
         )
-        translator.warm_up(search)
+        for beam_size in beam_sizes:
+            translator.warm_up(SearchOptions.of(search, beam_size=beam_size))
         self.translator = translator
 
     def _count_tokens(self, texts):
@@ -176,8 +238,32 @@ class Service:
         # runs TensorFlow ops): the request is parsed on the event loop.
         return self.translator.source_lengths(texts)
 
-    def _translate(self, texts, search):
-        return self.translator.translate(texts, search)
+    def _translate(self, texts, options, wanted):
+        """The batcher's search call: the texts sorted by length and searched
+        a group at a time (as the translator would), so that the groups of a
+        client that has gone meanwhile are skipped, not searched."""
+        search, n, target_language = options
+        lengths = self.translator.source_lengths(texts)
+        order = sorted(range(len(texts)), key=lengths.__getitem__)
+        results = [None] * len(texts)
+        for start in range(0, len(order), search.batch_size):
+            chunk, still = order[start : start + search.batch_size], wanted()
+            group = [i for i in chunk if still[i]]
+            self.metrics.dropped.inc(len(chunk) - len(group))
+            if not group:
+                continue
+            group_texts = [texts[i] for i in group]
+            if n is None:
+                found = self.translator.translate(
+                    group_texts, search, target_language=target_language
+                )
+            else:
+                found = self.translator.n_best(
+                    group_texts, n, search, target_language=target_language
+                )
+            for i, result in zip(group, found, strict=True):
+                results[i] = result
+        return results
 
     # -- endpoints --------------------------------------------------------------
 
@@ -189,13 +275,32 @@ class Service:
 
         return counted
 
-    async def _http_error(self, request, error):
-        response = _error(error.status_code, error.detail)
+    def _path(self, request):
         # Any path may be asked for; one series per path would grow without
         # bound.
-        path = request.url.path if request.url.path in PATHS else "other"
-        self.metrics.requests.labels(path, error.status_code).inc()
+        return request.url.path if request.url.path in PATHS else "other"
+
+    async def _http_error(self, request, error):
+        response = _error(error.status_code, error.detail)
+        self.metrics.requests.labels(self._path(request), error.status_code).inc()
         return response
+
+    async def _server_error(self, request, error):
+        # Starlette logs the traceback (on stderr) after this answer.
+        self.metrics.requests.labels(self._path(request), 500).inc()
+        self.metrics.errors.labels("internal").inc()
+        return _error(500, f"internal error ({type(error).__name__})")
+
+    async def page(self, request):
+        return HTMLResponse(page_html())
+
+    async def not_offered(self, request):
+        return _error(
+            501,
+            f"{request.url.path} (LibreTranslate's) is not offered by kt-serve: "
+            "it translates one language pair, with no language detection, file "
+            "translation or suggestions",
+        )
 
     async def health(self, request):
         if self.state != "ready":
@@ -209,31 +314,123 @@ class Service:
                 "model": self.name,
                 "version": self.version,
                 "engine": self.translator.engine,
+                "languages": list(self.languages) if self.languages else None,
+                "beam_sizes": list(self.limits.beam_sizes),
+                "beam_size": self.limits.search.beam_size,
+                "attention": self.translator.gives_attention,
+                "api_key_required": self.settings.api_keys is not None,
             }
         )
 
+    async def languages_list(self, request):
+        if self.state != "ready":
+            return _error(503, f"the model is {self.state}", retry_after=RETRY_AFTER)
+        return JSONResponse(
+            languages_answer(self.languages, self.translator.target_languages)
+        )
+
     async def scrape(self, request):
+        if self.settings.api_keys is not None:
+            key = _bearer(request) or request.query_params.get(KEY_FIELD)
+            if self.settings.api_keys.name_of(key) is None:
+                return _error(403, "the metrics need an API key (Bearer or api_key)")
         body, content_type = self.metrics.text()
         return Response(body, media_type=content_type)
 
     async def translate(self, request):
         start = time.monotonic()
-        response = await self._translate_response(request)
+        response = await self._answer(request, self._parse_translate)
         self.metrics.latency.observe(time.monotonic() - start)
         return response
 
-    async def _translate_response(self, request):
+    async def explain(self, request):
+        return await self._answer(request, self._parse_explain, self._explanation)
+
+    def _parse_translate(self, fields):
+        if is_libretranslate(fields):
+            return parse_libretranslate(
+                fields,
+                self.limits,
+                self._count_tokens,
+                self.languages,
+                self.translator.target_languages,
+            )
+        return parse_translate(fields, self.limits, self._count_tokens)
+
+    def _parse_explain(self, fields):
+        return parse_explain(fields, self.limits, self._count_tokens)
+
+    async def _explanation(self, parsed, results):
+        loop = asyncio.get_running_loop()
+        # The attention runs the model: on the search thread, in turn.
+        return await loop.run_in_executor(
+            self.executor, explanation, self.translator, parsed.texts[0], results[0]
+        )
+
+    async def _answer(self, request, parse, finish=None):
+        """Checks the caller and the request, queues its search, answers."""
         if self.state != "ready":
             self.metrics.errors.labels("not_ready").inc()
-            return _error(503, f"the model is {self.state}", retry=True)
+            return _error(503, f"the model is {self.state}", retry_after=RETRY_AFTER)
+        caller = "anonymous"
         try:
-            parsed = parse_translate(
-                await self._body(request), self.limits, self._count_tokens
+            fields = read_fields(
+                await self._body(request),
+                request.headers.get("content-type", ""),
+                request.url.query,
             )
+            caller, bucket = self._identify(request, fields)
+            self._limit(bucket)
+            parsed = parse(fields)
         except RequestError as error:
-            self.metrics.errors.labels("bad_request").inc()
-            return _error(error.status, error.message)
-        job = asyncio.ensure_future(self.batcher.submit(parsed.texts, parsed.search))
+            self.metrics.errors.labels(error.kind).inc()
+            self.metrics.callers.labels(caller, error.status).inc()
+            return _error(error.status, error.message, error.retry_after)
+        except ClientDisconnect:
+            # The client went away before its body's end, or the server gave
+            # up waiting for it (the body timeout: answered 408 and closed).
+            self.metrics.errors.labels("disconnected").inc()
+            return Response(status_code=CLIENT_CLOSED)
+        response = await self._search(request, parsed, finish)
+        self.metrics.callers.labels(caller, response.status_code).inc()
+        return response
+
+    def _identify(self, request, fields):
+        """``(name, bucket)``: the caller's name in the metrics (a key's
+        line, or anonymous) and whose rate it counts against (its key, or
+        its address without keys); 403 for a missing or wrong key."""
+        keys = self.settings.api_keys
+        key = fields.pop(KEY_FIELD, None) or _bearer(request)
+        if keys is None:
+            # LibreTranslate without keys accepts and ignores an api_key.
+            return "anonymous", f"address {request.client.host}"
+        name = keys.name_of(key)
+        if name is None:
+            raise RequestError(
+                403,
+                "Invalid API key" if key else "Missing API key: give api_key",
+                kind="forbidden",
+            )
+        return name, name
+
+    def _limit(self, bucket):
+        if self.limiter is None:
+            return
+        wait = self.limiter.take(bucket)
+        if wait:
+            raise RequestError(
+                429,
+                f"Too many requests: at most {self.limiter.per_minute} a minute; "
+                f"retry in {wait} s",
+                kind="rate_limited",
+                retry_after=wait,
+            )
+
+    async def _search(self, request, parsed, finish):
+        if not parsed.texts:
+            return JSONResponse(parsed.answer([]))  # markup without text
+        options = (parsed.search, parsed.n, parsed.target_language)
+        job = asyncio.ensure_future(self.batcher.submit(parsed.texts, options))
         gone = asyncio.ensure_future(_disconnect(request.receive))
         await asyncio.wait({job, gone}, return_when=asyncio.FIRST_COMPLETED)
         gone.cancel()
@@ -243,24 +440,32 @@ class Service:
             self.metrics.errors.labels("disconnected").inc()
             return Response(status_code=CLIENT_CLOSED)
         try:
-            translations = job.result()
+            results = job.result()
+        except Aborted as error:
+            self.metrics.errors.labels("aborted").inc()
+            return _error(503, str(error), retry_after=RETRY_AFTER)
         except QueueFull as error:
             self.metrics.errors.labels("queue_full").inc()
-            return _error(503, f"the server is busy: {error}", retry=True)
+            return _error(503, f"the server is busy: {error}", retry_after=RETRY_AFTER)
         except SearchFailed as error:
             self.metrics.errors.labels("search_failed").inc()
             traceback.print_exception(error.cause, file=sys.stderr)
             return _error(500, f"the search of this request's batch failed: {error}")
-        self.metrics.sentences.inc(len(translations))
-        return JSONResponse(
-            {"translations": translations, "model": self.name, "version": self.version}
-        )
+        self.metrics.sentences.inc(len(results))
+        if finish is not None:
+            return JSONResponse(await finish(parsed, results))
+        body = parsed.answer(results)
+        if "translations" in body:  # this package's shape, not LibreTranslate's
+            body.update(model=self.name, version=self.version)
+        return JSONResponse(body)
 
     async def _body(self, request):
         limit = self.settings.max_body_bytes
         declared = request.headers.get("content-length", "")
         if declared.isdigit() and int(declared) > limit:
-            raise RequestError(413, f"the body is {declared} bytes; at most {limit}")
+            raise RequestError(
+                413, f"the body is {declared[:20]} bytes; at most {limit}"
+            )
         chunks, size = [], 0
         async for chunk in request.stream():
             size += len(chunk)
@@ -268,3 +473,17 @@ class Service:
                 raise RequestError(413, f"the body is over {limit} bytes")
             chunks.append(chunk)
         return b"".join(chunks)
+
+
+def _languages(translator, asked):
+    """The pair the server offers: the translator's, or the one kt-serve
+    was given for a translator that records none; a disagreement is an
+    error rather than a guess."""
+    if asked is None or translator.languages is None:
+        return translator.languages or asked
+    if tuple(asked) != tuple(translator.languages):
+        raise ValueError(
+            f"the model translates {' → '.join(translator.languages)}, but "
+            f"--source-lang/--target-lang say {' → '.join(asked)}"
+        )
+    return tuple(asked)

@@ -11,17 +11,28 @@ the translator the jobs with the same search options, up to
 ``max_batch_size`` sentences. The translator sorts them by length and
 batches them as it always does. One thread runs every search: one model in
 memory, used by one caller at a time.
+
+A server told to stop at once (a second SIGINT, a shutdown deadline passed)
+calls ``abort``: what the batcher holds is answered with an error rather than
+searched, and the search running then (which a thread cannot be made to
+leave) is no longer waited for.
 """
 
 import asyncio
 import collections
 import dataclasses
+import functools
 import time
 
 
 class QueueFull(Exception):
     """The queue holds ``max_queue`` sentences: the request is refused
     rather than the queue grown without bound."""
+
+
+class Aborted(Exception):
+    """The server is stopping at once: held requests are answered, not
+    searched."""
 
 
 class SearchFailed(Exception):
@@ -44,9 +55,12 @@ class Batcher:
     """Translates the jobs of ``submit`` in batches, with ``translate``.
 
     Args:
-        translate: ``translate(texts, options)`` → a list of str, one per
-            text; run in ``executor``, so it may block. ``options`` is what
-            a job was submitted with (the server's: a ``SearchOptions``).
+        translate: ``translate(texts, options, wanted)`` → a list, one
+            result per text; run in ``executor``, so it may block.
+            ``options`` is what a job was submitted with; ``wanted()`` says,
+            text by text, which are still waited for (a client that has
+            gone waits for nothing): a long call may skip the rest of a job
+            whose client left, returning anything in its place.
         executor: where searches run (a one-thread executor: one search at
             a time).
         max_batch_size: the most sentences given to one ``translate`` call
@@ -69,6 +83,8 @@ class Batcher:
         self._on_batch = on_batch
         self._jobs = collections.deque()
         self._queued = 0  # sentences in self._jobs
+        self._running = ()  # the jobs of the search in progress
+        self._aborted = None  # abort's error, once called
         self._arrival = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
@@ -89,9 +105,13 @@ class Batcher:
         Raises:
             QueueFull: the queue has no room for ``texts``.
             SearchFailed: the batch's search raised.
+            Exception: ``abort``'s error, once it is called (or while the
+                job waits).
         A cancelled caller (a client that went away) leaves its job in the
         queue, where the loop skips it.
         """
+        if self._aborted is not None:
+            raise self._aborted
         if self._queued + len(texts) > self.max_queue:
             raise QueueFull(
                 f"the queue holds {self._queued} sentences; at most "
@@ -113,6 +133,25 @@ class Batcher:
         """Returns once every job submitted so far is answered (or dropped)."""
         await self._idle.wait()
 
+    def abort(self, error):
+        """Fails every job not yet answered, queued or in the running search,
+        with ``error`` (an exception), and every later ``submit``; ends the
+        loop without waiting for the running search, whose result is
+        dropped. ``drain`` and ``stop`` then return at once. Call it from the
+        event loop (from a signal handler: ``loop.call_soon_threadsafe``).
+        """
+        if self._aborted is not None:
+            return
+        self._aborted = error
+        for job in (*self._running, *self._jobs):
+            if not job.future.done():
+                job.future.set_exception(error)
+        self._jobs.clear()
+        self._queued = 0
+        if self._task is not None:
+            self._task.cancel()
+        self._idle.set()
+
     async def stop(self):
         """Ends the loop (after ``drain``, so that nothing held is lost)."""
         await self.drain()
@@ -126,7 +165,6 @@ class Batcher:
     # -- the loop --------------------------------------------------------------
 
     async def _run(self):
-        loop = asyncio.get_running_loop()
         while True:
             self._drop_cancelled()
             if not self._jobs:
@@ -136,22 +174,35 @@ class Batcher:
                 continue
             await self._gather(self._jobs[0])
             batch = self._take()
-            if not batch:
-                continue
-            texts = [text for job in batch for text in job.texts]
-            start = time.monotonic()
-            try:
-                outputs = await loop.run_in_executor(
-                    self._executor, self._translate, texts, batch[0].options
-                )
-            except Exception as error:  # one batch's failure is its own
-                for job in batch:
-                    if not job.future.done():
-                        job.future.set_exception(SearchFailed(error))
-                continue
-            finally:
-                if self._on_batch is not None:
-                    self._on_batch(len(texts), time.monotonic() - start)
+            if batch:
+                await self._search(batch)
+
+    async def _search(self, batch):
+        texts = [text for job in batch for text in job.texts]
+        start = time.monotonic()
+        self._running = batch
+        try:
+            outputs = await asyncio.get_running_loop().run_in_executor(
+                self._executor,
+                self._translate,
+                texts,
+                batch[0].options,
+                functools.partial(_wanted, batch),
+            )
+        except Exception as error:  # one batch's failure is its own
+            outputs, failure = None, SearchFailed(error)
+        else:
+            failure = None
+        finally:
+            # Also when abort cancels the wait (it has failed these jobs).
+            self._running = ()
+        if self._on_batch is not None:
+            self._on_batch(len(texts), time.monotonic() - start)
+        if failure is not None:
+            for job in batch:
+                if not job.future.done():
+                    job.future.set_exception(failure)
+        else:
             self._answer(batch, outputs)
 
     def _drop_cancelled(self):
@@ -209,3 +260,10 @@ class Batcher:
             if not job.future.done():  # its client may have gone meanwhile
                 job.future.set_result(list(outputs[start:end]))
             start = end
+
+
+def _wanted(batch):
+    """One bool per text of ``batch``: whether its job still waits for it
+    (its client has not gone). Read from the search thread: a future's
+    ``done()`` only reads its state."""
+    return [not job.future.done() for job in batch for _ in job.texts]

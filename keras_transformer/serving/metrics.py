@@ -25,8 +25,12 @@ class Metrics:
     """The counters of one server.
 
     ``requests`` (by path and status code), ``errors`` (by kind:
-    ``bad_request``, ``queue_full``, ``search_failed``, ``not_ready``,
-    ``disconnected``), ``sentences`` translated, ``batch_sentences`` and
+    ``bad_request``, ``forbidden``, ``rate_limited``, ``queue_full``,
+    ``search_failed``, ``not_ready``, ``disconnected``, ``aborted``,
+    ``internal``), ``dropped`` (sentences of a running batch skipped because
+    their client had gone), ``callers`` (translation requests by caller and
+    status: an API key is named by its line in the key file, never by its
+    value), ``sentences`` translated, ``batch_sentences`` and
     ``search_seconds`` per search call, ``latency`` of ``/translate``
     requests, and ``queue`` (sentences waiting, read when scraped).
     """
@@ -42,6 +46,17 @@ class Metrics:
             "kt_serve_errors", "Requests not translated, by why.", ["kind"],
             registry=registry,
         )  # fmt: skip
+        self.callers = Counter(
+            "kt_serve_caller_requests",
+            "Translation requests by caller (an API key's line in the key "
+            "file, or anonymous) and status code.",
+            ["caller", "code"], registry=registry,
+        )  # fmt: skip
+        self.dropped = Counter(
+            "kt_serve_dropped_sentences",
+            "Sentences of a running batch not searched: their client had gone.",
+            registry=registry,
+        )
         self.sentences = Counter(
             "kt_serve_sentences", "Sentences translated.", registry=registry
         )

@@ -1,19 +1,54 @@
-"""Running a ``Service`` under uvicorn: the socket, the ready line, SIGTERM.
+"""Running a ``Service`` under uvicorn: the socket, the ready line, the
+clients it does not trust, and stopping.
 
-On SIGTERM (or Ctrl+C) uvicorn stops accepting connections, waits for the
-requests it holds to be answered, then runs the app's shutdown (which waits
-for the running batch). uvicorn then raises the signal again so that the
-process dies of it; a server told to stop that has finished its work should
-exit 0, so the handler it raises it to here does nothing.
+Stopping. On SIGTERM (or Ctrl+C) uvicorn stops accepting connections, waits
+for the requests it holds to be answered, then runs the app's shutdown
+(which waits for the running batch); the process exits 0. A second SIGTERM
+or SIGINT, or ``shutdown_deadline`` seconds after the first, stops it at
+once: the batcher's ``abort`` answers every request it holds (queued or in
+the running search) 503 ``{"error": "the server is stopping"}``, connections
+still open a second later are dropped, and the process exits 130 (a second
+SIGINT), 143 (a second SIGTERM) or 1 (the deadline). uvicorn's own force
+quit (a second SIGINT) cancels the requests it holds, which answers them 500,
+and its ``timeout_graceful_shutdown`` does the same; neither is used.
+
+Why ``os._exit`` after a stop at once (and a stop while the model loads):
+the search thread (a ``ThreadPoolExecutor`` worker, which the interpreter
+joins at exit) may be in a search that nothing can interrupt, or loading the
+model; a normal exit would wait for it, however long. The answers are
+written and stdout and stderr flushed first; ``atexit`` handlers do not run.
+
+Clients: ``connections.protocol`` closes connections that send no complete
+request head in time (slowloris), answers 408 to a body that does not arrive
+in time, and closes a connection rather than read a body it has answered
+before its end (a 413). ``X-Forwarded-For`` and ``X-Forwarded-Proto`` are
+believed only from the proxies the operator names; uvicorn's default would
+believe any process on the same host.
+
+Logs: uvicorn's (errors, and each request with ``access_log``) go to stderr;
+stdout holds only the ready line, for whoever waits for it.
 """
 
-import signal
+import asyncio
+import ipaddress
+import logging
+import os
 import socket
 import sys
 
 import uvicorn
 
+from keras_transformer.serving import connections
+from keras_transformer.serving.batcher import Aborted
+
 READY = "kt-serve: ready on http://{host}:{port}"
+STOPPING = "the server is stopping"
+# Exit statuses of a stop at once: 128 + the signal's number, as a shell
+# reports a process ended by that signal; 1 when the deadline ended it.
+DEADLINE_PASSED = 1
+# Seconds the answers of a stop at once have to be written before the
+# connections still open are dropped.
+ANSWER_SECONDS = 1.0
 
 
 def listen(host, port):
@@ -36,23 +71,195 @@ def url_of(sock):
     return READY.format(host=f"[{host}]" if ":" in host else host, port=port)
 
 
-def run(service, sock, access_log=False, log_level="info"):
+def parse_proxies(text):
+    """The proxies of a comma-separated list of IP addresses and networks
+    (``"10.0.0.1,192.168.0.0/16"``), checked (``check_proxies``)."""
+    return check_proxies(part.strip() for part in text.split(",") if part.strip())
+
+
+def check_proxies(proxies):
+    """``proxies`` (IP addresses and networks, str; or one comma-separated
+    str) as a list; ``ValueError`` names one that is neither (uvicorn would
+    take it for a host name, which no client address equals: a typo would
+    trust no one, silently)."""
+    if isinstance(proxies, str):
+        return parse_proxies(proxies)
+    proxies = list(proxies)
+    for proxy in proxies:
+        try:
+            ipaddress.ip_network(proxy)
+        except ValueError:
+            raise ValueError(
+                f"not an IP address or network: {proxy!r} (a network's host "
+                "bits are zero: 10.0.0.0/8)"
+            ) from None
+    return proxies
+
+
+def log_config():
+    """uvicorn's logging setup with every handler on stderr (uvicorn's own
+    puts the access log on stdout)."""
+    formatter = "uvicorn.logging.{}Formatter"
+    colors = sys.stderr.isatty()  # uvicorn would ask stdout
+    return {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "formatters": {
+            "default": {
+                "()": formatter.format("Default"),
+                "fmt": "%(levelprefix)s %(message)s",
+                "use_colors": colors,
+            },
+            "access": {
+                "()": formatter.format("Access"),
+                "fmt": '%(levelprefix)s %(client_addr)s - "%(request_line)s" '
+                "%(status_code)s",
+                "use_colors": colors,
+            },
+        },
+        "handlers": {
+            name: {
+                "formatter": name,
+                "class": "logging.StreamHandler",
+                "stream": "ext://sys.stderr",
+            }
+            for name in ("default", "access")
+        },
+        "loggers": {
+            "uvicorn": {"handlers": ["default"], "level": "INFO", "propagate": False},
+            "uvicorn.error": {"level": "INFO"},
+            # Without access_log, uvicorn.Config removes its handler.
+            "uvicorn.access": {
+                "handlers": ["access"],
+                "level": "INFO",
+                "propagate": False,
+            },
+        },
+    }
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, stopped at once by a second signal or the
+    deadline, with its held requests answered 503 (see the module's
+    docstring). ``exit_status`` is then set."""
+
+    def __init__(self, config, abort, shutdown_deadline):
+        super().__init__(config)
+        self._abort = abort
+        self._deadline = shutdown_deadline
+        self._loop = None
+        self._stopping = None  # the task of a stop at once
+        self.exit_status = None
+
+    async def serve(self, sockets=None):
+        self._loop = asyncio.get_running_loop()
+        await super().serve(sockets=sockets)
+
+    def handle_exit(self, sig, frame):
+        # A signal handler: it runs between two bytecodes of the event loop's
+        # thread, so it only hands work to the loop. Unlike uvicorn's, it
+        # records no signal to raise again after serving: run() says how the
+        # process exits.
+        if self.should_exit:
+            self._loop.call_soon_threadsafe(self._stop_now, 128 + sig)
+        else:
+            self.should_exit = True
+            if self._deadline is not None:
+                self._loop.call_soon_threadsafe(
+                    self._loop.call_later,
+                    self._deadline,
+                    self._stop_now,
+                    DEADLINE_PASSED,
+                )
+
+    def _stop_now(self, status):
+        if self._stopping is None:
+            self.should_exit = True
+            self.exit_status = status
+            self._stopping = self._loop.create_task(self._answer_and_drop())
+
+    async def _answer_and_drop(self):
+        self._abort(Aborted(STOPPING))
+        await self._settle()  # the held requests answer 503
+        # Those left wait for a body or a head (or will not read their
+        # answer): nothing more is to be done for them.
+        for connection in list(self.server_state.connections):
+            connection.drop()
+        await self._settle()
+        # uvicorn, finding no connection left, runs the app's shutdown (the
+        # batcher's stop returns at once); a request that is still running
+        # is not waited for.
+        if self.server_state.tasks:
+            self.force_exit = True
+
+    async def _settle(self):
+        tasks = set(self.server_state.tasks)
+        if tasks:
+            await asyncio.wait(tasks, timeout=ANSWER_SECONDS)
+
+
+def run(
+    service,
+    sock,
+    access_log=False,
+    log_level="info",
+    *,
+    header_timeout=10.0,
+    body_timeout=30.0,
+    idle_timeout=5.0,
+    shutdown_deadline=30.0,
+    trusted_proxies=None,
+):
     """Serves ``service.app()`` on ``sock`` until SIGTERM/SIGINT.
 
     Prints ``READY`` (with the address) on stdout once the translator is
-    warm. Returns the exit status: 0 after a clean stop, 2 if the model could
-    not be loaded (the error on stderr).
+    warm; every log goes to stderr.
+
+    Args:
+        access_log: log each request (on stderr).
+        header_timeout: seconds a connection has to send a complete request
+            head, from its opening or from the previous response's end;
+            then it is closed. None: no limit.
+        body_timeout: seconds a request's body has to arrive, from its head;
+            then it is answered 408 and its connection closed. None: no
+            limit.
+        idle_timeout: seconds a keep-alive connection may stay silent after
+            a response (uvicorn's ``timeout_keep_alive``).
+        shutdown_deadline: seconds the requests held at the first SIGTERM or
+            SIGINT have to be answered; those still held then are answered
+            503 and the process ends (as on a second signal). None: no
+            deadline.
+        trusted_proxies: the proxies (IP addresses or networks, a list of
+            str) whose ``X-Forwarded-For`` and ``X-Forwarded-Proto`` are
+            believed. None or empty: nobody's.
+
+    Returns the exit status: 0 after a clean stop, 2 if the model could not
+    be loaded (the error on stderr). After a stop at once, or a stop while
+    the model loads, it does not return: the process exits 130, 143 or 1
+    (0 while loading; the module's docstring says why).
     """
     failed = []
     ready_line = url_of(sock)
+    proxies = check_proxies(trusted_proxies or ())
     config = uvicorn.Config(
         service.app(),
+        http=connections.protocol(header_timeout, body_timeout),
+        ws="none",  # no WebSocket endpoint: an upgrade is not for us
         lifespan="on",
         access_log=access_log,
+        log_config=log_config(),
         log_level=log_level,
-        timeout_graceful_shutdown=None,  # held requests are answered, however long
+        timeout_keep_alive=idle_timeout,
+        timeout_graceful_shutdown=None,  # our deadline, not uvicorn's 500s
+        proxy_headers=bool(proxies),
+        forwarded_allow_ips=",".join(proxies) or None,
     )
-    server = uvicorn.Server(config)
+
+    def abort(error):
+        if service.batcher is not None:
+            service.batcher.abort(error)
+
+    server = _Server(config, abort, shutdown_deadline)
 
     def on_ready():
         print(ready_line, flush=True)
@@ -63,13 +270,16 @@ def run(service, sock, access_log=False, log_level="info"):
         server.should_exit = True
 
     service.on_ready, service.on_failure = on_ready, on_failure
-    previous = {
-        sig: signal.signal(sig, lambda *_: None)
-        for sig in (signal.SIGTERM, signal.SIGINT)
-    }
-    try:
-        server.run(sockets=[sock])
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+    server.run(sockets=[sock])
+    if server.exit_status is not None:
+        _exit_now(server.exit_status)
+    if service.state == "loading":  # stopped before it was ready
+        _exit_now(0)  # rather than wait for the load, in the search thread
     return 2 if failed else 0
+
+
+def _exit_now(status):
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)

@@ -1,0 +1,190 @@
+"""uvicorn's h11 protocol with the time limits a server open to clients it
+does not trust needs.
+
+uvicorn's ``H11Protocol`` (read at uvicorn 0.55) times out only a keep-alive
+connection that stays silent after a response. A client that opens a
+connection and sends nothing, or a request head a byte at a time, holds its
+connection forever (slowloris: enough of them exhaust the process's file
+descriptors); one that sends half of its declared body holds its request
+forever, and a graceful shutdown waits for it. And an answer given before
+the body's end (a 413 for a body over the limit) leaves the connection open
+while uvicorn reads the rest of the body, however long, to throw it away.
+
+``protocol(header_timeout, body_timeout)`` is the class to give
+``uvicorn.Config(http=...)``. Its connections:
+
+* are closed when a request head is not complete ``header_timeout`` seconds
+  after the connection opened or after the previous response ended (a
+  keep-alive connection that stays silent is closed sooner, after uvicorn's
+  ``timeout_keep_alive``);
+* answer ``408`` (JSON, ``Connection: close``) when the body is not complete
+  ``body_timeout`` seconds after its head, while the app waits for it; the app
+  is then told the client went away (``http.disconnect``);
+* close after any answer given while the body is still arriving
+  (``Connection: close`` is added to it), rather than read the body on.
+
+It subclasses a class whose hooks are uvicorn's internals, not its API: the
+import checks that they are there and fails with the version it needs.
+"""
+
+import asyncio
+import json
+
+import h11
+import uvicorn
+from uvicorn.protocols.http import h11_impl
+
+CLOSE = (b"connection", b"close")
+# What this module overrides or calls of uvicorn's H11Protocol.
+_HOOKS = (
+    "connection_made",
+    "connection_lost",
+    "handle_events",
+    "on_response_complete",
+)
+# What H11Protocol.__init__ sets that this module reads.
+_ATTRIBUTES = ("app", "conn", "loop", "transport")
+
+_missing = [name for name in _HOOKS if not hasattr(h11_impl.H11Protocol, name)]
+if _missing:
+    raise ImportError(
+        "keras_transformer.serving.connections needs uvicorn's H11Protocol "
+        f"hooks {', '.join(_missing)}, which uvicorn {uvicorn.__version__} "
+        "lacks (written against uvicorn 0.55)"
+    )
+
+
+class GuardedH11Protocol(h11_impl.H11Protocol):
+    """``H11Protocol`` with a header timeout, a body timeout, and no body
+    read after its answer. ``protocol`` makes one with the timeouts set."""
+
+    header_timeout = 10.0  # seconds, or None: no limit
+    body_timeout = 30.0
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        missing = [name for name in _ATTRIBUTES if not hasattr(self, name)]
+        if missing:
+            raise RuntimeError(
+                f"uvicorn {uvicorn.__version__}'s H11Protocol has no "
+                f"{', '.join(missing)} (this module was written against 0.55)"
+            )
+        self._header_timer = None
+        # Set when this side gave up on the request in progress (its body
+        # timed out, or the server stops at once): what the app raises then
+        # is the disconnection it was told of, not an error to log.
+        self._given_up = False
+        app = self.app
+        self.app = lambda scope, receive, send: self._guard(app, scope, receive, send)
+
+    # -- the request head -------------------------------------------------------
+
+    def connection_made(self, transport):
+        super().connection_made(transport)
+        self._arm_header_timer()
+
+    def handle_events(self):
+        super().handle_events()
+        if self.conn.their_state is not h11.IDLE:  # a head came (or an error)
+            self._cancel_header_timer()
+
+    def on_response_complete(self):
+        super().on_response_complete()
+        # uvicorn has started the next cycle (or parsed a pipelined head).
+        if not self.transport.is_closing() and self.conn.their_state is h11.IDLE:
+            self._arm_header_timer()
+
+    def connection_lost(self, exc):
+        self._cancel_header_timer()
+        super().connection_lost(exc)
+
+    def _arm_header_timer(self):
+        self._cancel_header_timer()
+        if self.header_timeout is not None:
+            self._header_timer = self.loop.call_later(
+                self.header_timeout, self._header_timed_out
+            )
+
+    def _cancel_header_timer(self):
+        if self._header_timer is not None:
+            self._header_timer.cancel()
+            self._header_timer = None
+
+    def _header_timed_out(self):
+        self._header_timer = None
+        if not self.transport.is_closing():
+            self.transport.close()
+
+    # -- the body and the answer ------------------------------------------------
+
+    def drop(self):
+        """Closes the connection at once, whatever it is doing (a server
+        that stops now); the app's request is told the client went away."""
+        self._given_up = True
+        self.transport.abort()
+
+    async def _guard(self, app, scope, receive, send):
+        deadline = None
+        if self.body_timeout is not None:
+            deadline = self.loop.time() + self.body_timeout
+        started = False
+
+        async def send_closing_early(message):
+            nonlocal started
+            if message["type"] == "http.response.start":
+                if started:  # the app's own answer after a 408 of ours
+                    return
+                started = True
+                if self.conn.their_state is h11.SEND_BODY:
+                    headers = [*message.get("headers", ()), CLOSE]
+                    message = {**message, "headers": headers}
+            elif self._given_up:
+                return
+            await send(message)
+
+        async def receive_in_time():
+            if deadline is None or self.conn.their_state is not h11.SEND_BODY:
+                return await receive()
+            try:
+                return await asyncio.wait_for(receive(), deadline - self.loop.time())
+            except asyncio.TimeoutError:  # TimeoutError from Python 3.11 on
+                pass
+            self._given_up = True
+            if started:
+                self.transport.close()
+            else:
+                head, body = _timed_out(self.body_timeout)
+                await send_closing_early(head)  # adds Connection: close
+                await send(body)
+            return {"type": "http.disconnect"}
+
+        try:
+            await app(scope, receive_in_time, send_closing_early)
+        except Exception:
+            if not self._given_up:
+                raise
+
+
+def _timed_out(seconds):
+    """The ASGI messages of a 408 answer."""
+    body = json.dumps(
+        {"error": f"the request body did not arrive within {seconds:g} s"}
+    ).encode()
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+    ]
+    return (
+        {"type": "http.response.start", "status": 408, "headers": headers},
+        {"type": "http.response.body", "body": body},
+    )
+
+
+def protocol(header_timeout, body_timeout):
+    """A ``GuardedH11Protocol`` class with these timeouts (seconds, or None
+    for no limit), for ``uvicorn.Config(http=...)``."""
+    return type(
+        "GuardedH11Protocol",
+        (GuardedH11Protocol,),
+        {"header_timeout": header_timeout, "body_timeout": body_timeout},
+    )
