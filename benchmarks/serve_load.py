@@ -12,7 +12,10 @@ overload, start the server with a tiny ``--max-queue``. The server runs in a
 child process (``--max-batch-size``, ``--search-batch-size``,
 ``--max-wait-ms``, ``--max-queue`` passed on; or ``--url`` for one already
 running) whose resident memory is sampled every second; ``/metrics`` is
-read at the end, then SIGTERM must end it with 0. Unless ``--no-check``,
+read at the end, then SIGTERM must end it with 0. With ``--api-keys``,
+``--req-limit`` and ``--api-key`` the clients send a key to a server that
+needs one; ``--flood-clients N --flood-key K`` adds N clients with another
+key, over its limit, summarized apart (``flood_*``). Unless ``--no-check``,
 the distinct sentences answered are then translated here with
 ``load_translator(--model)`` and the answers that differ counted
 (``mismatches``).
@@ -174,8 +177,13 @@ def summarize(records):
         "errors": errors,
         "status_503": statuses[503],
         "status_500": statuses[500],
+        "status_429": statuses[429],
         "lost": statuses[None],
-        "other_errors": errors - statuses[503] - statuses[500] - statuses[None],
+        "other_errors": errors
+        - statuses[503]
+        - statuses[500]
+        - statuses[429]
+        - statuses[None],
         "503_without_retry_after": sum(
             r["status"] == 503 and not r.get("retry_after") for r in records
         ),
@@ -286,11 +294,12 @@ def stop_server(process, timeout=120):
     return code
 
 
-def read_metrics(url, timeout=10):
+def read_metrics(url, timeout=10, key=None):
     """``GET /metrics``'s text, or the error met."""
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
     with contextlib.closing(connect(url, timeout)) as connection:
         try:
-            connection.request("GET", "/metrics")
+            connection.request("GET", "/metrics", headers=headers)
             return connection.getresponse().read().decode("utf-8", "replace")
         except (OSError, http.client.HTTPException) as e:
             return f"error: {type(e).__name__}: {e}"
@@ -313,7 +322,10 @@ def git_commit():
 
 def server_command(args):
     command = ["--model", args.model, "--host", "127.0.0.1", "--port", "0"]
-    for name in ("max_batch_size", "search_batch_size", "max_wait_ms", "max_queue"):
+    for name in (
+        "max_batch_size", "search_batch_size", "max_wait_ms", "max_queue",
+        "api_keys", "req_limit",
+    ):  # fmt: skip
         if getattr(args, name) is not None:
             command += [f"--{name.replace('_', '-')}", str(getattr(args, name))]
     return python_module("keras_transformer.cli.serve", *command)
@@ -330,6 +342,9 @@ def offline_translations(model, sentences, options):
 def report(result):
     """The result as a table, one quantity per row."""
     rows = {"mode": result["mode"], **result["summary"], **result["memory"]}
+    rows.update(
+        (f"flood_{name}", value) for name, value in result.get("flood", {}).items()
+    )
     for key in ("mismatches", "server_exit_code"):
         if key in result:
             rows[key] = result[key]
@@ -354,6 +369,14 @@ def parse_args(argv):
     parser.add_argument("--search-batch-size", type=int)
     parser.add_argument("--max-wait-ms", type=float)
     parser.add_argument("--max-queue", type=int)
+    parser.add_argument("--api-keys", help="the server's key file (--api-keys)")
+    parser.add_argument("--req-limit", type=int, help="the server's --req-limit")
+    parser.add_argument("--api-key", help="the key the clients send")
+    parser.add_argument(
+        "--flood-clients", type=int, default=0,
+        help="more clients, closed loop, with --flood-key: over their limit",
+    )  # fmt: skip
+    parser.add_argument("--flood-key", help="the key the flooding clients send")
     parser.add_argument("--url", help="a running server instead of starting one")
     parser.add_argument("--pid", type=int, help="with --url: sample its memory")
     parser.add_argument("--timeout", type=float, default=60, help="a request's, s")
@@ -367,14 +390,38 @@ def parse_args(argv):
 
 
 def run_load(args, url, options):
+    """The clients' records and the flooding clients' (``--flood-clients``,
+    sent at the same time; ``[]`` without)."""
     sentences = read_sentences(args.source)
-    if args.rate:
-        return open_loop(
-            url, sentences, args.rate, args.seconds, options, args.clients, args.timeout
+    fields = dict(options, api_key=args.api_key) if args.api_key else options
+    flood, flooded = None, []
+    if args.flood_clients:
+        flood_fields = dict(options, api_key=args.flood_key)
+        flood = threading.Thread(
+            target=lambda: flooded.extend(
+                closed_loop(
+                    url,
+                    sentences,
+                    args.flood_clients,
+                    args.seconds,
+                    flood_fields,
+                    args.timeout,
+                )  # fmt: skip
+            )
         )
-    return closed_loop(
-        url, sentences, args.clients, args.seconds, options, args.timeout
-    )
+        flood.start()
+    try:
+        if args.rate:
+            return open_loop(
+                url, sentences, args.rate, args.seconds, fields, args.clients,
+                args.timeout,
+            ), flooded  # fmt: skip
+        return closed_loop(
+            url, sentences, args.clients, args.seconds, fields, args.timeout
+        ), flooded
+    finally:
+        if flood is not None:
+            flood.join()
 
 
 def main(argv=None):
@@ -403,8 +450,8 @@ def main(argv=None):
     if pid:
         sampler.start()
     try:
-        records = run_load(args, url, options)
-        result["metrics"] = read_metrics(url)
+        records, flooded = run_load(args, url, options)
+        result["metrics"] = read_metrics(url, key=args.api_key)
     finally:
         stop.set()
         if pid:
@@ -412,14 +459,17 @@ def main(argv=None):
         if process is not None:
             result["server_exit_code"] = stop_server(process)
     result["summary"] = summarize(records)
+    if flooded:
+        result["flood"] = summarize(flooded)
     result["memory"] = memory_growth(samples)
     if not args.no_check:
         # After the load and the server's exit: the CPU is the server's while
         # it is measured.
-        sent = sorted({r["sentence"] for r in records if answered(r)})
+        every = records + flooded
+        sent = sorted({r["sentence"] for r in every if answered(r)})
         offline = offline_translations(args.model, sent, options)
         result["mismatches"], result["mismatch_examples"] = count_mismatches(
-            records, offline
+            every, offline
         )
     report(result)
     if args.json:

@@ -218,7 +218,7 @@ def test_a_key_file_is_read_and_its_mistakes_named(tmp_path):
     from keras_transformer.serving.access import KeyFileError, KeyRing
 
     path = tmp_path / "keys.txt"
-    digest = hashlib.sha256("zwei".encode()).hexdigest()
+    digest = hashlib.sha256(b"zwei").hexdigest()
     path.write_text(f"# keys\neins\n\nsha256:{digest.upper()}\n")
     ring = KeyRing.read(path)
     assert len(ring) == 2

@@ -117,6 +117,7 @@ def test_summary_splits_errors_and_counts_answers_over_the_window():
         "errors": 6,
         "status_503": 2,
         "status_500": 1,
+        "status_429": 0,
         "lost": 1,
         "other_errors": 2,
         "503_without_retry_after": 1,
@@ -188,6 +189,22 @@ def test_closed_loop_clients_ask_in_turn_from_their_own_offsets():
     counts = collections.Counter(r["sentence"] for r in records)
     assert summary["status_503"] == counts["busy"] and summary["lost"] == 0
     assert max(counts.values()) - min(counts.values()) <= 2
+
+
+def test_flooding_clients_send_their_own_key_beside_the_others(tmp_path):
+    source = tmp_path / "source.txt"
+    source.write_text("one\ntwo\n")
+    args = serve_load.parse_args(
+        ["--url", "http://x", "--no-check", "--source", str(source), "--clients",
+         "1", "--seconds", "0.5", "--api-key", "mine", "--flood-clients", "2",
+         "--flood-key", "theirs"]
+    )  # fmt: skip
+    with stand_in() as (server, url):
+        records, flooded = serve_load.run_load(args, url, OPTIONS)
+    keys = collections.Counter(body["api_key"] for _, body in server.bodies)
+    assert keys == {"mine": len(records), "theirs": len(flooded)}
+    assert len(records) > 5 and len(flooded) > 5
+    assert all(r["status"] == 200 for r in records + flooded)
 
 
 def test_a_request_on_a_connection_the_server_closed_is_sent_again():
