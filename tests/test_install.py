@@ -112,6 +112,8 @@ def test_the_wheel_holds_the_package_its_license_and_commands(venv):
         "print(dist.version, dist.metadata['License-Expression'])\n"
         "print(sorted(p.name for p in dist.files if 'LICENSE' in p.name))\n"
         "print(sorted(e.name for e in dist.entry_points))\n"
+        "from keras_transformer.serving.page import page_html\n"
+        "print(len(page_html()), '<title>kt-serve</title>' in page_html())\n"
     )
     lines = run([bin_dir / "python", "-c", probe], elsewhere).stdout.splitlines()
     assert lines[0].startswith(str(bin_dir.parent))  # the wheel's copy
@@ -120,6 +122,8 @@ def test_the_wheel_holds_the_package_its_license_and_commands(venv):
     assert lines[3] == f"{keras_transformer.__version__} Apache-2.0"
     assert lines[4] == "['LICENSE']"
     assert lines[5] == str(sorted(COMMANDS))
+    # kt-serve's page is package data: in the wheel, read from it.
+    assert int(lines[6].split()[0]) > 5000 and lines[6].endswith("True")
     # One version, read from the package by the build.
     assert importlib.metadata.version("keras-transformer-aiayn") == (
         keras_transformer.__version__
