@@ -282,6 +282,13 @@ def test_a_model_into_several_languages_serves_each_of_its_targets():
             {"q": "eins", "source": "de", "target": "mul"},
             limits, lambda texts: [2], ("de", "mul"), ("es", "fr"),
         )  # fmt: skip
+    with pytest.raises(RequestError, match="parses at most 100000") as refused:
+        parse_libretranslate(
+            {"q": ["<p>eins</p>" * 6000] * 2, "source": "de", "target": "es",
+             "format": "html"},
+            limits, lambda texts: [2] * len(texts), ("de", "mul"), ("es", "fr"),
+        )  # fmt: skip
+    assert refused.value.status == 413
     assert languages_answer(("de", "mul"), ("es", "fr")) == [
         {"code": "de", "name": "German", "targets": ["es", "fr"]},
         {"code": "es", "name": "Spanish", "targets": []},

@@ -35,6 +35,9 @@ FIELDS = ("q", "source", "target", "format", "alternatives", KEY_FIELD)
 FORMATS = ("text", "html")
 # LibreTranslate's own cap on alternatives.
 MAX_ALTERNATIVES = 3
+# Characters of markup a request may send with format "html": it is parsed
+# on the event loop (about 2 s a megabyte), before any other limit applies.
+MAX_MARKUP = 100_000
 
 
 def languages_answer(languages, target_languages):
@@ -81,6 +84,11 @@ def parse_libretranslate(fields, limits, count_tokens, languages, target_languag
     queries, one = _queries(fields["q"])
     target_language = _pair(fields, languages, target_languages)
     html = _format(fields) == "html"
+    markup = sum(len(q) for q in queries) if html else 0
+    if markup > MAX_MARKUP:
+        raise RequestError(
+            413, f"{markup} characters of HTML; this server parses at most {MAX_MARKUP}"
+        )
     documents = [HtmlDocument.parse(q) for q in queries] if html else None
     texts = [t for d in documents for t in d.texts] if html else queries
     search = search_of({}, limits)
