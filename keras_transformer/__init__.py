@@ -15,6 +15,7 @@ its engines), over ``pretrained`` (checkpoints trained elsewhere), over
 import importlib as _importlib
 import os as _os
 import sys as _sys
+import types as _types
 import warnings as _warnings
 
 from keras_transformer import _lazy, _moved
@@ -79,6 +80,23 @@ _COMMANDS_STARTING_LATE = {
 }
 
 _moved.install()
+
+
+class _Package(_types.ModuleType):
+    """This package's module type: the import system binds a submodule as
+    an attribute of its package once imported, and an old module path named
+    like a public function (``import keras_transformer.attention_maps``, a
+    module of 0.3.0) must not hide the function."""
+
+    def __setattr__(self, name, value):
+        moved = isinstance(value, _types.ModuleType) and (
+            value.__name__ != f"{self.__name__}.{name}"
+        )
+        if not (moved and name in _PUBLIC):
+            super().__setattr__(name, value)
+
+
+_sys.modules[__name__].__class__ = _Package
 
 
 _public_attribute, __dir__ = _lazy.attributes(__name__, _PUBLIC)

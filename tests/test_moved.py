@@ -20,6 +20,12 @@ def test_an_old_path_is_the_new_module_with_a_warning(old):
     with pytest.warns(DeprecationWarning, match=rf"{old} moved to {new}"):
         module = importlib.import_module(old)
     assert module is importlib.import_module(new)
+    # A public name of the package that the old module path shares is still
+    # the public object, not the module the import bound in its place.
+    package, _, name = old.rpartition(".")
+    public = importlib.import_module(package)
+    if name in getattr(public, "__all__", ()):
+        assert getattr(public, name) is getattr(module, name)
 
 
 def test_every_new_path_exists_and_no_old_file_is_left():
