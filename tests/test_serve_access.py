@@ -52,6 +52,7 @@ def server(key_file):
         "tests.serve_harness", "--model", FIXTURE, "--source-lang", "en",
         "--target-lang", "de", "--api-keys", str(key_file),
         "--req-limit", str(REQ_LIMIT), "--char-limit", str(CHAR_LIMIT),
+        "--beam-sizes", "4",  # the one these tests use: a shorter warm-up
     )  # fmt: skip
     yield running
     assert running.stop() == 0, "".join(running.stderr)
