@@ -145,13 +145,10 @@ PER_BACKEND_COVERAGE = {
 # reach, as tests/redundant_coverage.py chose them from a run with test
 # contexts. The tracer roughly doubles the CPU time of the Python it
 # watches; leaving these out can only lower the coverage reported.
-UNTRACED = frozenset(
-    line.split("#", 1)[0].strip()
-    for line in open(
-        os.path.join(os.path.dirname(__file__), "tests", "untraced.txt"),
-        encoding="utf-8",
-    )
-) - {""}
+with open(
+    os.path.join(os.path.dirname(__file__), "tests", "untraced.txt"), encoding="utf-8"
+) as _listed:
+    UNTRACED = frozenset(line.split("#", 1)[0].strip() for line in _listed) - {""}
 
 
 def _records_coverage(item, suite):
