@@ -295,3 +295,28 @@ def test_a_model_into_several_languages_serves_each_of_its_targets():
         {"code": "es", "name": "Spanish", "targets": []},
         {"code": "fr", "name": "French", "targets": []},
     ]
+
+
+@pytest.mark.once
+def test_the_serving_options_become_settings(capsys):
+    from keras_transformer.cli import serve as kt_serve
+
+    parse = kt_serve.parser().parse_args
+    args = parse(["--model", "m", "--beam-sizes", "8,2,2", "--source-lang", "de",
+                  "--target-lang", "en", "--char-limit", "500"])  # fmt: skip
+    settings = kt_serve.settings(args)
+    assert (settings.beam_sizes, settings.languages, settings.char_limit) == (
+        (2, 8), ("de", "en"), 500,
+    )  # fmt: skip
+    # --max-beam-size, replaced by --beam-sizes, still bounds them.
+    settings = kt_serve.settings(parse(["--model", "m", "--max-beam-size", "3"]))
+    assert settings.beam_sizes == (1,)
+    assert "--max-beam-size is replaced by --beam-sizes" in capsys.readouterr().err
+    for bad in (["--beam-sizes", "0,4"], ["--beam-sizes", "four"],
+                ["--source-lang", "Deutsch"], ["--header-timeout", "0"]):  # fmt: skip
+        with pytest.raises(SystemExit):
+            parse(["--model", "m", *bad])
+    assert [kt_serve.is_loopback(h) for h in ("127.0.0.1", "::1", "localhost")] == [
+        True, True, True,
+    ]  # fmt: skip
+    assert not any(kt_serve.is_loopback(h) for h in ("0.0.0.0", "10.1.2.3", "my.host"))
