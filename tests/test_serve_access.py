@@ -24,7 +24,7 @@ import pytest
 
 from keras_transformer.translate.evaluation import load_translator
 from tests import browser
-from tests.test_serve import FIXTURE, ROOT, SENTENCES, Server
+from tests.test_serve import FIXTURE, ROOT, SENTENCES, Server, libretranslate
 
 KEYS = {"clear": "alpha-7f3c9e", "hashed": "bravo-51d2aa", "flood": "charlie-0b8e4d"}
 REQ_LIMIT = 20
@@ -58,12 +58,6 @@ def server(key_file):
     assert running.stop() == 0, "".join(running.stderr)
 
 
-def client(server, key):
-    from libretranslatepy import LibreTranslateAPI
-
-    return LibreTranslateAPI(f"http://{server.host}:{server.port}/", api_key=key)
-
-
 def refusal(call):
     """``(status, error body)`` of a client call that must be refused."""
     with pytest.raises(urllib.error.HTTPError) as refused:
@@ -75,10 +69,11 @@ def test_keys_in_the_clear_and_hashed_translate_as_offline(server, translator):
     expected = translator.translate(SENTENCES[:4])
     for key in (KEYS["clear"], KEYS["hashed"]):
         got = [
-            client(server, key).translate(text, "en", "de") for text in SENTENCES[:4]
+            libretranslate(server, key).translate(text, "en", "de")
+            for text in SENTENCES[:4]
         ]
         assert got == expected
-    assert client(server, KEYS["clear"]).languages() == [
+    assert libretranslate(server, KEYS["clear"]).languages() == [
         {"code": "en", "name": "English", "targets": ["de"]},
         {"code": "de", "name": "German", "targets": []},
     ]
@@ -87,7 +82,7 @@ def test_keys_in_the_clear_and_hashed_translate_as_offline(server, translator):
 def test_a_missing_or_wrong_key_is_403_everywhere(server):
     for key in (None, "alpha", KEYS["clear"] + "x", f"sha256:{'0' * 64}"):
         status, body = refusal(
-            lambda key=key: client(server, key).translate("seven", "en", "de")
+            lambda key=key: libretranslate(server, key).translate("seven", "en", "de")
         )
         assert status == 403 and "API key" in body["error"], body
     status, _, body = server.request("POST", "/explain", {"text": "seven"})
@@ -119,7 +114,7 @@ def test_metrics_count_by_key_without_showing_it(server):
 def test_the_character_limit_is_a_413_naming_it(server):
     text = "one " * 40  # 160 characters
     status, body = refusal(
-        lambda: client(server, KEYS["clear"]).translate(text, "en", "de")
+        lambda: libretranslate(server, KEYS["clear"]).translate(text, "en", "de")
     )
     assert status == 413 and f"at most {CHAR_LIMIT} (--char-limit)" in body["error"]
 
