@@ -1,6 +1,7 @@
 """``kt-serve`` over real HTTP: the server in a subprocess on a free port of
-127.0.0.1, requests over sockets, on each backend's run for the ``.keras``
-path and once for the CTranslate2 export.
+127.0.0.1, requests over sockets, for the ``.keras`` path and the CTranslate2
+export. Once: what is checked here is the server's, whatever the backend;
+each backend's engine behind the server is test_serve_backends.py's.
 
 Checked: answers equal ``Translator.translate`` on the same texts (and
 requests sent together were batched); each kind of bad input gets a 4xx
@@ -47,6 +48,8 @@ READY = re.compile(r"kt-serve: ready on (http://\S+)")
 # Requests a minute per client address for the module's server: more than
 # its tests make from 127.0.0.1; one test exhausts 127.0.0.2's.
 ANONYMOUS_LIMIT = 120
+
+pytestmark = pytest.mark.once
 
 
 class Server:

@@ -1,6 +1,7 @@
 """``kt-serve`` with API keys, a request limit and a character limit, over
-real HTTP on 127.0.0.1, on each backend's run: a real LibreTranslate client
-(``libretranslatepy``) and a real browser (headless chromium) as callers.
+real HTTP on 127.0.0.1, once (keys and limits are the server's, whatever the
+backend): a real LibreTranslate client (``libretranslatepy``) and a real
+browser (headless chromium) as callers.
 
 Checked: a key in the clear and a hashed one are accepted and translate as
 offline; a missing or wrong key is a 403 in LibreTranslate's error shape,
@@ -29,6 +30,8 @@ from tests.test_serve import FIXTURE, ROOT, SENTENCES, Server, libretranslate
 KEYS = {"clear": "alpha-7f3c9e", "hashed": "bravo-51d2aa", "flood": "charlie-0b8e4d"}
 REQ_LIMIT = 20
 CHAR_LIMIT = 120
+
+pytestmark = pytest.mark.once
 
 
 @pytest.fixture(scope="module")

@@ -521,6 +521,7 @@ def test_a_mixed_precision_model_translates_in_float32(trained, tmp_path):
         Translator(trained.tokenizer, mixed, search_dtype="bfloat16")
 
 
+@pytest.mark.once  # which shapes are searched is the translator's, not the backend's
 def test_warm_up_searches_every_shape_a_fixed_batch_can_take(trained, monkeypatch):
     """Every (rows, source width, output width) that fixed_batch calls of
     any size and length give the search was given to it by warm_up, and

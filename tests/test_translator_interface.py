@@ -6,7 +6,9 @@ its source), which checks what the base does around any engine's search.
 
 The trained number-task translator of 0.2.0 (tests/fixtures/v0_2_0) is the
 model; test_export_ctranslate2.py compares the two real engines' outputs
-token for token.
+token for token. Once: the suite is about what the base does around an
+engine; the Keras engine's search on each backend is test_translator.py's
+and test_compat.py's.
 """
 
 import gc
@@ -26,6 +28,8 @@ FIXTURE = os.path.join(
 )
 TEXTS = [english(n) for n in (7, 42, 1999, 300000, 15, 888888)]
 FAST = dict(beam_size=2, max_output_length=12)
+
+pytestmark = pytest.mark.once
 
 
 @pytest.fixture(scope="module")

@@ -118,6 +118,7 @@ def test_bad_arguments_are_named(argv, message, capsys):
     assert message in capsys.readouterr().err
 
 
+@pytest.mark.once  # the turns' bookkeeping; each backend's profile is below
 @KERAS_HUB_MASK_WARNINGS
 def test_paired_trains_every_variant_in_turns():
     s = dataclasses.replace(TINY, steps=2, warmup=1)
