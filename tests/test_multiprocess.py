@@ -39,10 +39,30 @@ TIMEOUT = 420  # seconds for one run, compilation in every process included
 pytestmark = [pytest.mark.once("tensorflow"), pytest.mark.slow]
 
 
+# JAX's compilation cache, shared by this module's processes: every launch
+# compiles the same programs, so only the first of them pays XLA. Eviction
+# on: a size limit makes JAX lock the folder, so that no process reads an
+# entry another is still writing.
+COMPILATION_CACHE = {}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def compilation_cache(tmp_path_factory):
+    COMPILATION_CACHE["JAX_COMPILATION_CACHE_DIR"] = str(
+        tmp_path_factory.mktemp("jax-compilation-cache")
+    )
+    COMPILATION_CACHE["JAX_COMPILATION_CACHE_MAX_SIZE"] = str(2**30)
+    COMPILATION_CACHE["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
+    COMPILATION_CACHE["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"] = "0"
+    yield
+    COMPILATION_CACHE.clear()
+
+
 def env(devices=None):
     out = {k: v for k, v in os.environ.items() if not k.startswith("KERAS_DISTRIB")}
     out["KERAS_BACKEND"] = "jax"
     out["PYTHONPATH"] = str(REPO)
+    out.update(COMPILATION_CACHE)
     if devices:
         # The device count replaced, the suite's other XLA flags (its cheap
         # code generation) kept: most of a tiny run's CPU is XLA compiling.
