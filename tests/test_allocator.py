@@ -16,8 +16,9 @@ from keras_transformer.trainer import allocator
 ALLOCATOR = Path(allocator.__file__)
 
 # glibc's malloc is the same under every Keras backend, and the commands'
-# probe imports all three frameworks whichever is chosen: one run suffices.
-pytestmark = pytest.mark.once()
+# probe imports all three frameworks whichever is chosen: one run suffices,
+# TensorFlow's (two workers), so that the lightest run does not end last.
+pytestmark = pytest.mark.once("tensorflow")
 
 # Allocates, touches and frees 256 MiB through the C library, then does it
 # again, and reports what the kernel saw: resident size before and after the
@@ -90,7 +91,7 @@ MIB = 1 << 20
 PAGES = (256 * MIB) // 4096
 
 pytestmark = [
-    pytest.mark.once,
+    pytest.mark.once("tensorflow"),
     pytest.mark.skipif(
         allocator._glibc() is None, reason="glibc's malloc only (Linux with glibc)"
     ),

@@ -21,7 +21,9 @@ from keras_transformer.cli import export as kt_export
 from tests.installed_commands import ROOT, command, environment, sitecustomize
 from tests.test_export_ctranslate2 import FIXTURE
 
-pytestmark = pytest.mark.once
+# Processes that stop at their first import: their cost is the same in any
+# run, so TensorFlow's (two workers) takes them.
+pytestmark = pytest.mark.once("tensorflow")
 
 
 @pytest.fixture(scope="module")
