@@ -17,7 +17,8 @@ ALLOCATOR = Path(allocator.__file__)
 
 # glibc's malloc is the same under every Keras backend, and the commands'
 # probe imports all three frameworks whichever is chosen: one run suffices,
-# TensorFlow's (two workers), so that the lightest run does not end last.
+# TensorFlow's (two workers), so that PyTorch's run, which records coverage
+# on every test, does not end last.
 pytestmark = pytest.mark.once("tensorflow")
 
 # Allocates, touches and frees 256 MiB through the C library, then does it

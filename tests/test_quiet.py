@@ -60,7 +60,8 @@ print(json.dumps(loaded))
 
 
 # These processes' backends are their own, whatever the run's: TensorFlow's
-# run (two workers) takes them, so that the lightest run does not end last.
+# run (two workers) takes them, so that PyTorch's run, which records coverage
+# on every test, does not end last.
 @pytest.mark.once("tensorflow")
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", ["jax", "torch"])

@@ -5,8 +5,8 @@ What the server adds around the translator (the HTTP API, LibreTranslate's
 fields, the page in a browser, keys and limits, queues, crashes, clients
 that leave, stopping with requests in flight) does not depend on the
 backend: test_serve.py, test_serve_access.py and test_serve_abuse.py check
-it once. Here each backend's engine is served: translations (batched
-together), LibreTranslate's route, the n best with their scores and
+it once. Here each backend's engine is served: translations of requests sent
+together, LibreTranslate's route, the n best with their scores and
 cross-attention of ``POST /explain`` (what the page draws), and SIGTERM's
 clean exit.
 """
