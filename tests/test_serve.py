@@ -449,7 +449,6 @@ def test_sigterm_answers_the_requests_in_flight_then_exits_0(server, translator)
     assert server.wait() == 0, "".join(server.stderr)
 
 
-@pytest.mark.once
 def test_the_ctranslate2_export_is_served_and_answers_as_it_translates(
     translator, tmp_path
 ):
@@ -482,7 +481,6 @@ def test_the_ctranslate2_export_is_served_and_answers_as_it_translates(
     assert status == 0, "".join(running.stderr)
 
 
-@pytest.mark.once
 def test_a_port_in_use_a_missing_and_a_damaged_model_exit_2_with_one_line(tmp_path):
     damaged = tmp_path / "damaged.keras"
     damaged.write_bytes(b"PK\x03\x04 not a zip archive")

@@ -190,7 +190,6 @@ def test_the_page_works_with_a_key(server, translator, tmp_path):
     assert os.path.getsize(tmp_path / "page-with-key.png") > 1000
 
 
-@pytest.mark.once
 def test_a_public_host_without_keys_and_a_bad_key_file_stop_before_loading(
     tmp_path,
 ):
@@ -212,7 +211,6 @@ def test_a_public_host_without_keys_and_a_bad_key_file_stop_before_loading(
         assert words in done.stderr and len(done.stderr.splitlines()) == 1, done.stderr
 
 
-@pytest.mark.once
 def test_a_key_file_is_read_and_its_mistakes_named(tmp_path):
     from keras_transformer.serving.access import KeyFileError, KeyRing
 
@@ -237,7 +235,6 @@ def test_a_key_file_is_read_and_its_mistakes_named(tmp_path):
         assert "keys.txt" in str(refused.value)
 
 
-@pytest.mark.once
 def test_the_rate_limiter_is_a_token_bucket_per_caller():
     from keras_transformer.serving.access import RateLimiter
 
@@ -259,7 +256,6 @@ def test_the_rate_limiter_is_a_token_bucket_per_caller():
             RateLimiter(bad)
 
 
-@pytest.mark.once
 def test_a_model_into_several_languages_serves_each_of_its_targets():
     from keras_transformer.serving.libretranslate import (
         languages_answer,
@@ -295,7 +291,6 @@ def test_a_model_into_several_languages_serves_each_of_its_targets():
     ]
 
 
-@pytest.mark.once
 def test_the_serving_options_become_settings(capsys):
     from keras_transformer.cli import serve as kt_serve
 
