@@ -15,12 +15,6 @@ from keras_transformer.trainer import allocator
 
 ALLOCATOR = Path(allocator.__file__)
 
-# glibc's malloc is the same under every Keras backend, and the commands'
-# probe imports all three frameworks whichever is chosen: one run suffices,
-# TensorFlow's (two workers), so that PyTorch's run, which records coverage
-# on every test, does not end last.
-pytestmark = pytest.mark.once("tensorflow")
-
 # Allocates, touches and frees 256 MiB through the C library, then does it
 # again, and reports what the kernel saw: resident size before and after the
 # free, and the page faults of the second round; in the main thread, then in
@@ -91,6 +85,10 @@ print(json.dumps(out))
 MIB = 1 << 20
 PAGES = (256 * MIB) // 4096
 
+# glibc's malloc is the same under every Keras backend, and the commands'
+# probe imports all three frameworks whichever is chosen: one run suffices,
+# TensorFlow's (two workers), so that PyTorch's run, which records coverage
+# on every test, does not end last.
 pytestmark = [
     pytest.mark.once("tensorflow"),
     pytest.mark.skipif(
