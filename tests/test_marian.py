@@ -547,7 +547,7 @@ def kt_import(*args, cache, **environment):
     )  # fmt: skip
 
 
-@pytest.mark.once
+@pytest.mark.once("jax")  # a conversion that costs the same on any backend
 @pytest.mark.slow
 def test_kt_import_reads_the_hub_cache_offline(preset, tmp_path):
     from keras_transformer.translate.evaluation import load_translator

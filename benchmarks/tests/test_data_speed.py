@@ -8,7 +8,9 @@ import pytest
 from benchmarks import data_speed as benchmark_data
 from keras_transformer import data as ktd
 
-pytestmark = [pytest.mark.once("torch"), pytest.mark.slow]
+# A whole measurement run that costs about the same on any backend: JAX's run,
+# the lightest, takes it (see conftest.py: runs that end together end sooner).
+pytestmark = [pytest.mark.once("jax"), pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")
