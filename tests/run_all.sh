@@ -43,6 +43,8 @@
 #                      already set
 #   KT_CPU_REPORT=path each test's CPU time, sorted, to path.BACKEND (path.BACKEND.gwN
 #                      for TensorFlow's workers): see tests/cpu_report.py
+#   TORCHINDUCTOR_VEC_ISA_OK  default 0: torch.compile's scalar kernels (the
+#                      cheapest to compile), only if not already set
 #   KT_TF_GRAPPLER=1   keep TensorFlow's graph optimizer on in every test
 #                      (default 0: off but in the end-to-end and fault tests)
 set -euo pipefail
@@ -81,6 +83,10 @@ if [[ -z "${XLA_FLAGS+x}" ]]; then
     # of the newer (MLIR) ones that are its default (TensorFlow's XLA too).
     export XLA_FLAGS="--xla_force_host_platform_device_count=4 --xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true --xla_cpu_use_fusion_emitters=false"
 fi
+# The same trade for torch.compile (the bfloat16 training test): Inductor's
+# scalar C++ kernels, which g++ compiles in about two thirds of the time of
+# its vectorized ones; users' runs keep Inductor's default.
+export TORCHINDUCTOR_VEC_ISA_OK="${TORCHINDUCTOR_VEC_ISA_OK:-0}"
 # TensorFlow's functions without Grappler, except in the end-to-end and fault
 # tests (see conftest.py: the same trade as XLA's flags above).
 export KT_TF_GRAPPLER="${KT_TF_GRAPPLER:-0}"
