@@ -289,20 +289,15 @@ run_backend() {
     echo "$((cpu_seconds - cpu_start))" >"$logs/$backend.cpu"
 }
 
-# The frameworks' modules compiled to bytecode once, before the runs start:
-# the venv holds no .pyc files (uv does not compile them), and the backends'
-# runs and TensorFlow's workers, all starting at once, would each compile the
-# same modules from source (TensorFlow's import took 12.7 s of CPU without its
-# .pyc files and 5.2 s with them; JAX's 7.1 and 2.9 s, PyTorch's 14.6 and
-# 5.8 s). TensorFlow's in one process and PyTorch's and JAX's in another, side
-# by side on the two cores; then what is left (Keras, keras-hub, this package).
+# The frameworks' modules compiled to bytecode once, by one process, before
+# the runs start: the venv holds no .pyc files (uv does not compile them), and
+# the backends' runs and TensorFlow's workers, all starting at once, would
+# each compile the same modules from source (TensorFlow's import took 12.7 s
+# of CPU without its .pyc files and 5.2 s with them; JAX's 7.1 and 2.9 s,
+# PyTorch's 14.6 and 5.8 s).
 warm_start=$SECONDS
 children_cpu
 warm_cpu=$cpu_seconds
-"$py" -c "import tensorflow" >/dev/null 2>&1 &
-tensorflow_pid=$!
-KERAS_BACKEND=jax "$py" -c "import torch, jax" >/dev/null 2>&1 || true
-wait "$tensorflow_pid" || true
 KERAS_BACKEND=torch "$py" -c "import tensorflow, jax, torch, keras_transformer" \
     >/dev/null 2>&1 || echo "(compiling the frameworks' modules failed; the runs will)"
 children_cpu
