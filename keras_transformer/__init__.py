@@ -72,11 +72,14 @@ _DEPRECATED = {
 # Commands that import what they need themselves, after quieting the
 # frameworks' start-up lines: kt-translate and kt-serve may translate without
 # Keras (given a CTranslate2 export); kt-import's one-line errors would
-# otherwise follow TensorFlow's. Script name: module under keras_transformer.cli.
+# otherwise follow TensorFlow's; kt-launch only starts and watches kt-train
+# processes, for the whole run, and needs no framework of its own. Script
+# name: module under keras_transformer.cli.
 _COMMANDS_STARTING_LATE = {
     "kt-translate": "translate",
     "kt-serve": "serve",
     "kt-import": "import_checkpoint",
+    "kt-launch": "launch",
 }
 
 _moved.install()

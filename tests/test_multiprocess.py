@@ -22,6 +22,13 @@ import numpy as np
 import pytest
 
 from keras_transformer.cli import launch
+from tests.installed_commands import (
+    command,
+    environment,
+    heavy,
+    imported,
+    sitecustomize,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 RUN = [
@@ -173,6 +180,24 @@ def test_kt_launch_refuses_other_backends(monkeypatch, capsys):
     with pytest.raises(SystemExit):
         launch.parse_args(["--", "--task", "numbers"])
     assert "JAX only" in capsys.readouterr().err
+
+
+def test_kt_launch_imports_no_framework(tmp_path):
+    """The launcher waits beside its kt-train processes for the whole run:
+    it imports neither Keras nor a framework (its children do)."""
+    report = tmp_path / "modules.json"
+    env = sitecustomize(tmp_path / "site", environment("jax"), report=report)
+    done = subprocess.run(
+        [*command("kt-launch"), "--processes", "1", "--", "--help"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "usage: kt-train" in done.stdout  # the child ran, and exited first
+    # The launcher exits last, so the report is its own.
+    modules = imported(report)
+    assert "keras_transformer.cli.launch" in modules
+    assert "keras_transformer.cli.train" not in modules
+    assert heavy(modules) == []
 
 
 def test_kt_launch_stops_the_others_when_one_fails(tmp_path):
