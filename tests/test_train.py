@@ -514,7 +514,7 @@ def _latest_position(folder):
 
 
 @pytest.mark.slow
-@pytest.mark.once("jax")  # whole-program; JAX's run, the lightest, takes it
+@pytest.mark.once("jax")  # whole-program, same cost anywhere: evens the runs
 def test_resume_after_kill_continues_from_last_checkpoint(tmp_path, capsys):
     argv = [*NUMBERS, *SMALL, "--train-size", "100", "--batch-tokens", "128"]
     argv += ["--test-size", "8", "--uniform-size", "0", "--dropout", "0"]

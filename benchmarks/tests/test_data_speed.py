@@ -8,8 +8,8 @@ import pytest
 from benchmarks import data_speed as benchmark_data
 from keras_transformer import data as ktd
 
-# A whole measurement run that costs about the same on any backend: JAX's run,
-# the lightest, takes it (see conftest.py: runs that end together end sooner).
+# A whole measurement run that costs about the same on any backend: JAX's run
+# takes it, so that the three runs end together (the suite ends with the last).
 pytestmark = [pytest.mark.once("jax"), pytest.mark.slow]
 
 

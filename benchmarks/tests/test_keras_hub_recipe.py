@@ -14,8 +14,8 @@ from benchmarks import training_speed as benchmark
 from keras_transformer import data as ktd
 from keras_transformer.special_tokens import END_ID, PAD_ID, START_ID
 
-# The recipe's short run costs about the same on any backend: JAX's run, the
-# lightest, takes it.
+# The recipe's short run costs about the same on any backend: JAX's run takes
+# it, so that the three runs end together.
 pytestmark = pytest.mark.once("jax")
 
 
