@@ -12,6 +12,8 @@ pytest-xdist the controller writes ``path`` too, with no tests: its total
 includes its workers' (children it waited for), so it is the run's total.
 """
 
+import collections
+import glob
 import os
 import resource
 import time
@@ -79,3 +81,27 @@ class _Recorder:
 def pytest_configure(config):
     if _PATH:
         config.pluginmanager.register(_Recorder(_PATH), "kt_cpu_report")
+
+
+def read(prefix):
+    """{test node id: {backend: CPU seconds}} from the reports written to
+    ``prefix.*`` (one per backend's run, one per pytest-xdist worker; the
+    backend is read from each report's first line)."""
+    cost = collections.defaultdict(dict)
+    for path in glob.glob(f"{prefix}.*"):
+        if path.endswith(".partial"):
+            continue
+        with open(path, encoding="utf-8") as report:
+            header = report.readline().split()
+            if len(header) < 3 or header[:2] != ["#", "backend"]:
+                raise ValueError(f"{path}:1: not a CPU report of this plugin")
+            backend = header[2].rstrip(":")
+            tests = False
+            for line in report:
+                if line.startswith("## "):
+                    tests = line.startswith("## by test")
+                    continue
+                parts = line.split(None, 2)
+                if tests and len(parts) == 3:
+                    cost[parts[2].strip()][backend] = float(parts[0])
+    return dict(cost)

@@ -20,9 +20,9 @@ counts as not run), never raise it; rerun this after changing the suite.
 """
 
 import collections
-import glob
 import sys
 
+from tests import cpu_report
 from tests.backend_coverage import context_arcs
 
 
@@ -39,20 +39,7 @@ def arcs_by_test(path):
 def cpu_by_test(prefix):
     """{test node id: CPU seconds, summed over the backends' runs} from the
     reports ``tests/cpu_report.py`` wrote to ``prefix.*``."""
-    cost = collections.Counter()
-    for path in glob.glob(f"{prefix}.*"):
-        if path.endswith(".partial"):
-            continue
-        with open(path, encoding="utf-8") as report:
-            tests = False
-            for line in report:
-                if line.startswith("## "):
-                    tests = line.startswith("## by test")
-                    continue
-                parts = line.split(None, 2)
-                if tests and len(parts) == 3:
-                    cost[parts[2].strip()] += float(parts[0])
-    return cost
+    return {test: sum(by.values()) for test, by in cpu_report.read(prefix).items()}
 
 
 def untraceable(arcs, cost):
