@@ -6,13 +6,14 @@ first test to the last. This reads the per-test CPU reports of one run
 (``tests/cpu_report.py``)::
 
     CI=true KT_CPU_REPORT=/tmp/cpu/r bash .ci/run
-    python -m tests.suite_floor /tmp/cpu/r
+    python -m tests.suite_floor /tmp/cpu/r [tests/test_more.py ...]
 
 and prints the tests' CPU seconds per backend, by how many of the run's
 backends collect each test (every one, some, one), and a floor: the CPU the
 same tests would take if only the layers' test files ran on every backend
 and every other test ran in one backend's run only, the one where it cost
-least. A suite that tests the product, not only its layers, on three
+least (test files named after the prefix are kept on every backend
+too). A suite that tests the product, not only its layers, on three
 backends cannot cost less than that floor; a bar in wall time that leaves
 less CPU than the floor for the tests is out of reach of any reshuffling of
 backends.
@@ -55,7 +56,7 @@ def floor(cost, kept=LAYER_FILES):
     )
 
 
-def main(prefix):
+def main(prefix, *also_kept):
     cost = cpu_report.read(prefix)
     if not cost:
         raise SystemExit(f"no CPU reports at {prefix}.*")
@@ -71,11 +72,12 @@ def main(prefix):
         f"on every backend {reach['every']:.0f} s, on some {reach['some']:.0f} s,"
         f" on one {reach['one']:.0f} s"
     )
+    kept = LAYER_FILES + also_kept
     print(
-        f"floor: {floor(cost):.0f} s (the layers' files on every backend,"
-        " every other test once, where it cost least)"
+        f"floor: {floor(cost, kept):.0f} s ({', '.join(also_kept + ('the layers',))}"
+        " on every backend, every other test once, where it cost least)"
     )
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:2])
+    main(*sys.argv[1:])

@@ -57,7 +57,14 @@ def test_reach_and_floor(prefix, capsys):
     suite_floor.main(str(prefix))
     out = capsys.readouterr().out
     assert "4 tests, 46 s of CPU in tests (jax 13, tensorflow 17, torch 16)" in out
-    assert "floor: 23 s" in out
+    assert "floor: 23 s (the layers on every backend" in out
+    # The server's file kept on every backend too: 24 s for it instead of 6;
+    # alone, the layer test goes to its cheapest backend (1 s).
+    assert suite_floor.floor(cost, ("tests/test_serve.py",)) == 36.0
+    kept = (*suite_floor.LAYER_FILES, "tests/test_serve.py")
+    assert suite_floor.floor(cost, kept) == 41.0
+    suite_floor.main(str(prefix), "tests/test_serve.py")
+    assert "floor: 41 s (tests/test_serve.py, the layers on" in capsys.readouterr().out
 
 
 def test_a_file_that_is_no_report_is_named(tmp_path):
