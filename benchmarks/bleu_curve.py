@@ -26,8 +26,6 @@ import json
 import os
 import time
 
-from keras_transformer.trainer import checkpoints
-from keras_transformer.trainer.checkpoints import write_atomic
 from keras_transformer.cli._arguments import (
     add_search_arguments,
     positive_int,
@@ -36,7 +34,13 @@ from keras_transformer.cli._arguments import (
 from keras_transformer.cli._process import prepare_process, start_tensorflow
 from keras_transformer.cli.evaluate import default_out
 from keras_transformer.data.corpus import CorpusError, read_parallel
-from keras_transformer.translate.evaluation import ModelFileError, load_translator, score
+from keras_transformer.trainer import checkpoints
+from keras_transformer.trainer.checkpoints import write_atomic
+from keras_transformer.translate.evaluation import (
+    ModelFileError,
+    load_translator,
+    score,
+)
 
 
 def _parser():

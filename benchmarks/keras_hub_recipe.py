@@ -35,12 +35,12 @@ import numpy as np
 from benchmarks import training_speed as benchmark
 from benchmarks.bleu_curve import point as curve_point
 from keras_transformer import data as ktd
-from keras_transformer.trainer.callbacks import TimeBudget
-from keras_transformer.trainer.checkpoints import write_atomic
 from keras_transformer.cli._arguments import positive_int
 from keras_transformer.cli._process import prepare_process, start_tensorflow
-from keras_transformer.translate.evaluation import score
 from keras_transformer.special_tokens import END_ID, PAD_ID, START_ID
+from keras_transformer.trainer.callbacks import TimeBudget
+from keras_transformer.trainer.checkpoints import write_atomic
+from keras_transformer.translate.evaluation import score
 
 
 def parse_args(argv=None):

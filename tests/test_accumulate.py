@@ -14,10 +14,10 @@ import pytest
 from keras import ops
 
 import keras_transformer as kt
-from keras_transformer.trainer import checkpoints
-from keras_transformer.trainer.callbacks import Checkpointer
 from keras_transformer.cli import train
 from keras_transformer.model.schedules import TransformerSchedule, transformer_optimizer
+from keras_transformer.trainer import checkpoints
+from keras_transformer.trainer.callbacks import Checkpointer
 from tests.test_checkpoints import small_model as tiny_model
 
 

@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 
 import keras_transformer as kt
-from keras_transformer.translate.attention_maps import AttentionMaps, attention_maps
 from keras_transformer.cli import attention as attention_cli
 from keras_transformer.data import tokenizer as tk
 from keras_transformer.data.numbers import english, german
+from keras_transformer.translate.attention_maps import AttentionMaps, attention_maps
 from keras_transformer.translate.plotting import plot_attention, plot_attention_maps
 
 NUMBERS = list(range(0, 1000, 7))

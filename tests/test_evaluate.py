@@ -7,9 +7,9 @@ import pytest
 
 import keras_transformer as kt
 from keras_transformer import data as data_module
-from keras_transformer.translate import evaluation
 from keras_transformer.cli import evaluate
 from keras_transformer.data import tokenizer as tk
+from keras_transformer.translate import evaluation
 
 SENTENCES = [
     "a man is walking",

@@ -4,8 +4,8 @@ import io
 
 import pytest
 
-from keras_transformer.trainer.callbacks import ProgressLog, TimeBudget
 from keras_transformer.progress import Progress, duration
+from keras_transformer.trainer.callbacks import ProgressLog, TimeBudget
 
 pytestmark = pytest.mark.once
 

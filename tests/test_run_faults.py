@@ -21,11 +21,11 @@ import keras
 import numpy as np
 import pytest
 
-from keras_transformer.trainer import checkpoints
 from keras_transformer.cli import train
-from keras_transformer.translate.evaluation import load_translator
 from keras_transformer.model.transformer import Transformer
+from keras_transformer.trainer import checkpoints
 from keras_transformer.trainer.lock import FolderInUse, FolderLock, lock_path
+from keras_transformer.translate.evaluation import load_translator
 
 REPO = Path(__file__).resolve().parents[1]
 BACKEND = keras.backend.backend()

@@ -20,10 +20,9 @@ import numpy as np
 import pytest
 
 from keras_transformer import backend
-from keras_transformer.trainer import checkpoints
 from keras_transformer.cli import train
+from keras_transformer.trainer import checkpoints, tasks
 from keras_transformer.translate.evaluation import load_translator
-from keras_transformer.trainer import tasks
 
 REPO = Path(__file__).resolve().parents[1]
 MULTI30K = REPO.parent / "shared" / "data" / "multi30k"

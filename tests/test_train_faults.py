@@ -19,10 +19,9 @@ import numpy as np
 import pytest
 
 import keras_transformer as kt
-from keras_transformer.trainer import checkpoints
 from keras_transformer.cli import train
+from keras_transformer.trainer import checkpoints, report
 from keras_transformer.translate.evaluation import load_translator
-from keras_transformer.trainer import report
 
 # What the script does with files and settings does not depend on the backend;
 # test_train.py trains end to end on every backend.

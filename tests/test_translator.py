@@ -526,8 +526,8 @@ def test_warm_up_searches_every_shape_a_fixed_batch_can_take(trained, monkeypatc
     """Every (rows, source width, output width) that fixed_batch calls of
     any size and length give the search was given to it by warm_up, and
     those calls translate as the translator does without the options."""
-    from keras_transformer.search import decoding
     from keras_transformer.data.batching import bucket_length
+    from keras_transformer.search import decoding
 
     translator = Translator(trained.tokenizer, trained.transformer)
     shapes = []

@@ -28,7 +28,6 @@ import uuid
 import keras
 import numpy as np
 
-from keras_transformer.distribute import cluster
 from keras_transformer.atomic import (  # noqa: F401 (this module's API too)
     DiskFullError,
     ensure_room,
@@ -41,6 +40,7 @@ from keras_transformer.atomic import (  # noqa: F401 (this module's API too)
     write_atomic,
     write_json_atomic,
 )
+from keras_transformer.distribute import cluster
 
 WEIGHTS_FILE = "model.weights.h5"
 STATE_FILE = "state.json"

@@ -13,8 +13,8 @@ import sys
 import keras
 
 import keras_transformer as kt
-from keras_transformer.trainer import checkpoints
 from keras_transformer.distribute import cluster
+from keras_transformer.trainer import checkpoints
 from keras_transformer.trainer.callbacks import (
     Checkpointer,
     ProgressLog,

@@ -15,10 +15,10 @@ import time
 
 import numpy as np
 
-from keras_transformer.distribute import cluster
 from keras_transformer import data as ktd
 from keras_transformer.atomic import DiskFullError, is_disk_full
 from keras_transformer.data.batching import TRAINING_BUCKETS, bucket_boundaries
+from keras_transformer.distribute import cluster
 from keras_transformer.trainer.config import batch_tokens_error
 from keras_transformer.trainer.errors import UsageError
 from keras_transformer.trainer.parallel import agreed, log
