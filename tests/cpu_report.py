@@ -21,6 +21,9 @@ import time
 import pytest
 
 _PATH = os.environ.get("KT_CPU_REPORT")
+# The heading above the per-test lines: written by the plugin, looked for by
+# read().
+_BY_TEST = "## by test (CPU s, wall s)"
 
 
 def _cpu_seconds():
@@ -71,7 +74,7 @@ class _Recorder:
         ]
         for name, cpu in sorted(by_file.items(), key=lambda kv: -kv[1]):
             lines.append(f"{cpu:9.2f}  {name}")
-        lines += ["", "## by test (CPU s, wall s)"]
+        lines += ["", _BY_TEST]
         for cpu, wall, nodeid in sorted(self.tests, reverse=True):
             lines.append(f"{cpu:9.2f} {wall:9.2f}  {nodeid}")
         with open(path, "w", encoding="utf-8") as out:
@@ -99,7 +102,7 @@ def read(prefix):
             tests = False
             for line in report:
                 if line.startswith("## "):
-                    tests = line.startswith("## by test")
+                    tests = line.rstrip("\n") == _BY_TEST
                     continue
                 parts = line.split(None, 2)
                 if tests and len(parts) == 3:
