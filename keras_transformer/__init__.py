@@ -1,8 +1,13 @@
 """keras_transformer: the Transformer of "Attention Is All You Need" in Keras 3.
 
 Runs on TensorFlow, JAX and PyTorch (choose with ``KERAS_BACKEND``).
-Importing it changes nothing outside it: process-wide settings (logging, the
-allocator) are the commands' choice, made in their ``main``.
+Importing it imports nothing more, neither Keras nor a backend: each public
+name is imported when first used (PEP 562). ``kt.load_model`` loads a
+``.keras`` file; a name that needs Keras also registers the package's
+classes with Keras (``saving.register``), so that ``keras.saving.load_model``
+finds them after, say, ``kt.build_model``. Importing it changes nothing
+outside it: process-wide settings (logging, the allocator) are the
+commands' choice, made in their ``main``.
 
 The subsystems, top down: ``cli`` (the commands) over ``serving`` and
 ``export``, over ``trainer`` and ``translate`` (the translator interface and
@@ -13,12 +18,9 @@ its engines), over ``pretrained`` (checkpoints trained elsewhere), over
 """
 
 import importlib as _importlib
-import os as _os
-import sys as _sys
-import types as _types
 import warnings as _warnings
 
-from keras_transformer import _lazy, _moved
+from keras_transformer import _lazy
 
 __version__ = "0.4.0.dev0"
 
@@ -56,7 +58,20 @@ _PUBLIC = {
     "inference_copy": "keras_transformer.translate.keras_translator",
     "TranslatorBase": "keras_transformer.translate.base",
     "MarianTokenizer": "keras_transformer.pretrained.marian_tokenizer",
+    "load_model": "keras_transformer.saving",
 }
+
+# The modules above that import neither Keras nor a backend: their names
+# leave Keras unimported (a CTranslate2 engine's caller, a server parsing
+# its search settings).
+_WITHOUT_KERAS = frozenset(
+    {
+        "keras_transformer.model.config",
+        "keras_transformer.saving",
+        "keras_transformer.search.options",
+        "keras_transformer.translate.base",
+    }
+)
 
 __all__ = sorted(_PUBLIC)
 
@@ -68,39 +83,6 @@ _DEPRECATED = {
         "whole process's allocator: a program's choice, not the model's)",
     ),
 }
-
-# Commands that import what they need themselves, after quieting the
-# frameworks' start-up lines: kt-translate and kt-serve may translate without
-# Keras (given a CTranslate2 export); kt-import's one-line errors would
-# otherwise follow TensorFlow's; kt-launch only starts and watches kt-train
-# processes, for the whole run, and needs no framework of its own. Script
-# name: module under keras_transformer.cli.
-_COMMANDS_STARTING_LATE = {
-    "kt-translate": "translate",
-    "kt-serve": "serve",
-    "kt-import": "import_checkpoint",
-    "kt-launch": "launch",
-}
-
-_moved.install()
-
-
-class _Package(_types.ModuleType):
-    """This package's module type: the import system binds a submodule as
-    an attribute of its package once imported, and an old module path named
-    like a public function (``import keras_transformer.attention_maps``, a
-    module of 0.3.0) must not hide the function."""
-
-    def __setattr__(self, name, value):
-        moved = isinstance(value, _types.ModuleType) and (
-            value.__name__ != f"{self.__name__}.{name}"
-        )
-        if not (moved and name in _PUBLIC):
-            super().__setattr__(name, value)
-
-
-_sys.modules[__name__].__class__ = _Package
-
 
 _public_attribute, __dir__ = _lazy.attributes(__name__, _PUBLIC)
 
@@ -118,31 +100,9 @@ def __getattr__(name):
             stacklevel=2,
         )
         return getattr(_importlib.import_module(module), name)
+    module = _PUBLIC.get(name)
+    if module is not None and module not in _WITHOUT_KERAS:
+        from keras_transformer import saving
+
+        saving.register()
     return _public_attribute(name)
-
-
-def _import_public_api():
-    """Import every public module: Keras finds a saved object's class only
-    if it is registered, so ``keras.saving.load_model`` works after a bare
-    ``import keras_transformer``."""
-    for module in dict.fromkeys(_PUBLIC.values()):
-        _importlib.import_module(module)
-
-
-def _starting_a_command_that_imports_late():
-    """Whether this process is one of ``_COMMANDS_STARTING_LATE`` (the
-    installed script, or ``python -m keras_transformer.cli.translate``)."""
-    script = _os.path.basename(_sys.argv[0]) if _sys.argv else ""
-    if script in _COMMANDS_STARTING_LATE:
-        return True
-    # Under -m, sys.argv[0] is "-m" while the package imports.
-    argv = list(getattr(_sys, "orig_argv", ()))
-    if "-m" in argv[:-1]:
-        module = argv[argv.index("-m") + 1]
-        modules = _COMMANDS_STARTING_LATE.values()
-        return module in {f"{__name__}.cli.{name}" for name in modules}
-    return False
-
-
-if not _starting_a_command_that_imports_late():
-    _import_public_api()

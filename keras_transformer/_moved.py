@@ -1,68 +1,30 @@
-"""Module paths of 0.3.0 that moved in 0.4.0, still importable for one
-release with a ``DeprecationWarning`` that names the new path.
+"""0.3.0's module paths that moved in 0.4.0 stay importable for one
+release: a small module at each old path (``keras_transformer/translator.py``,
+...) imports the module at its new path and binds itself to it with
+``alias``, so old code and new code share one module object (one class
+``Translator``, one registration with Keras).
 
-``import keras_transformer.translator`` (or ``from keras_transformer.decoding
-import beam_search``) finds the module at its new path and binds it under the
-old name too, so old code and the new code share one module object (one
-class ``Translator``, one registration with Keras).
+``keras_transformer.attention_maps`` is not among them: it names a public
+function now, which a module bound there would hide once imported.
 """
 
-import importlib
-import importlib.abc
-import importlib.util
 import sys
 import warnings
 
-# Old dotted path -> new dotted path.
-MOVED = {
-    "keras_transformer.allocator": "keras_transformer.trainer.allocator",
-    "keras_transformer.attention_maps": "keras_transformer.translate.attention_maps",
-    "keras_transformer.callbacks": "keras_transformer.trainer.callbacks",
-    "keras_transformer.checkpoints": "keras_transformer.trainer.checkpoints",
-    "keras_transformer.cluster": "keras_transformer.distribute.cluster",
-    "keras_transformer.configs": "keras_transformer.model.config",
-    "keras_transformer.decoding": "keras_transformer.search.decoding",
-    "keras_transformer.evaluation": "keras_transformer.translate.evaluation",
-    "keras_transformer.export.ctranslate2_translator": (
-        "keras_transformer.translate.ctranslate2_translator"
-    ),
-    "keras_transformer.losses": "keras_transformer.model.losses",
-    "keras_transformer.plotting": "keras_transformer.translate.plotting",
-    "keras_transformer.schedules": "keras_transformer.model.schedules",
-    "keras_transformer.search_options": "keras_transformer.search.options",
-    "keras_transformer.translator": "keras_transformer.translate.keras_translator",
-}
 
+def alias(old, new):
+    """Bind the module path ``old`` (the ``__name__`` of the module being
+    imported there) to the module ``new``, with a ``DeprecationWarning``
+    that names ``new``'s path.
 
-class _Alias(importlib.abc.Loader):
-    def __init__(self, new):
-        self.new = new
-
-    def create_module(self, spec):
-        return None  # a placeholder, replaced in exec_module
-
-    def exec_module(self, module):
-        warnings.warn(
-            f"{module.__name__} moved to {self.new}; the old path goes away "
-            "in the next release.",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        # The import system returns what sys.modules holds after exec_module.
-        sys.modules[module.__name__] = importlib.import_module(self.new)
-
-
-class MovedModules(importlib.abc.MetaPathFinder):
-    """Finds the old paths in ``MOVED`` (installed by the package's
-    ``__init__``)."""
-
-    def find_spec(self, fullname, path=None, target=None):
-        new = MOVED.get(fullname)
-        if new is None:
-            return None
-        return importlib.util.spec_from_loader(fullname, _Alias(new))
-
-
-def install():
-    if not any(isinstance(finder, MovedModules) for finder in sys.meta_path):
-        sys.meta_path.insert(0, MovedModules())
+    The import system returns what ``sys.modules`` holds for ``old`` once
+    that module has run, so ``import old`` gives ``new`` itself.
+    """
+    warnings.warn(
+        f"{old} moved to {new.__name__}; the old path goes away in the next release.",
+        DeprecationWarning,
+        # This function, the module at the old path, then the importer (the
+        # import system's own frames are skipped).
+        stacklevel=3,
+    )
+    sys.modules[old] = new

@@ -66,7 +66,7 @@ def numpy_forward(model, x):
 
 @pytest.mark.parametrize("name", ["bare_post_ln", "bare_pre_ln"])
 def test_bare_model_of_0_1_0_gives_the_same_logits(name):
-    model = keras.saving.load_model(FIXTURES / f"{name}.keras")
+    model = kt.load_model(FIXTURES / f"{name}.keras")
     assert isinstance(model, kt.Transformer)
     assert model.norm_first == (name == "bare_pre_ln")
     assert model.share_embeddings == (name == "bare_post_ln")
@@ -82,9 +82,9 @@ def test_bare_model_of_0_1_0_gives_the_same_logits(name):
 
 @pytest.mark.slow
 def test_model_of_0_1_0_saved_again_loads_the_same(tmp_path):
-    model = keras.saving.load_model(FIXTURES / "bare_pre_ln.keras")
+    model = kt.load_model(FIXTURES / "bare_pre_ln.keras")
     model.save(tmp_path / "again.keras")
-    again = keras.saving.load_model(tmp_path / "again.keras")
+    again = kt.load_model(tmp_path / "again.keras")
     x = {k: EXPECTED[f"bare/{k}"] for k in ("encoder_inputs", "decoder_inputs")}
     np.testing.assert_array_equal(
         again.predict(x, verbose=0), model.predict(x, verbose=0)
@@ -96,7 +96,7 @@ def test_translator_of_0_1_0_translates_the_same():
         # keras-hub 0.32 reads the vocabulary asset with open() and no
         # close(): a ResourceWarning, which is not ours to fix.
         warnings.simplefilter("ignore", ResourceWarning)
-        translator = keras.saving.load_model(FIXTURES / "translator.keras")
+        translator = kt.load_model(FIXTURES / "translator.keras")
         gc.collect()  # the unclosed file, now, inside the filter
     assert isinstance(translator, kt.Translator)
     x = {k: EXPECTED[f"translator/{k}"] for k in ("encoder_inputs", "decoder_inputs")}
@@ -147,7 +147,7 @@ def float32_twin(model):
 
 def test_bare_model_of_0_2_0_gives_the_same_logits():
     """0.2.0 saved the constructor's arguments as the config."""
-    model = keras.saving.load_model(FIXTURES_0_2 / "bare_post_ln.keras")
+    model = kt.load_model(FIXTURES_0_2 / "bare_post_ln.keras")
     assert isinstance(model, kt.Transformer)
     assert model.encoder_blocks[0].dtype_policy.name == "float32"
     assert not model.norm_first and model.share_embeddings
@@ -170,7 +170,7 @@ def test_bfloat16_model_of_0_2_0_gives_the_same_logits():
     those hold one CPU's rounding. They are compared with the float32
     logits of this run, within what bfloat16's rounding allows.
     """
-    model = keras.saving.load_model(FIXTURES_0_2 / "bare_pre_ln_bf16.keras")
+    model = kt.load_model(FIXTURES_0_2 / "bare_pre_ln_bf16.keras")
     assert isinstance(model, kt.Transformer)
     assert model.encoder_blocks[0].dtype_policy.name == "mixed_bfloat16"
     assert model.norm_first and not model.share_embeddings
@@ -199,7 +199,7 @@ def test_translator_of_0_2_0_translates_the_same():
     """What kt-train of 0.2.0 saved: same logits, translations and n-best."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ResourceWarning)  # as above
-        translator = keras.saving.load_model(FIXTURES_0_2 / "translator.keras")
+        translator = kt.load_model(FIXTURES_0_2 / "translator.keras")
         gc.collect()
     assert isinstance(translator, kt.Translator)
     assert getattr(translator.transformer, "optimizer", None) is None

@@ -10,6 +10,8 @@ import sys
 
 import pytest
 
+from tests.test_moved import MOVED
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PACKAGE = sorted((ROOT / "keras_transformer").rglob("*.py"))
 SCRIPTS = sorted(p for p in (ROOT / "training").glob("*.py") if p.stem != "__init__")
@@ -161,6 +163,9 @@ RANKS = {
     "progress": 0,
     "_lazy": 0,
     "_moved": 0,
+    # Imports the modules that register classes with Keras only when
+    # called, by name (not edges here): the translator loader calls it.
+    "saving": 0,
     "data": 1,
     "distribute": 1,
     "_guards": 2,
@@ -174,6 +179,15 @@ RANKS = {
     "serving": 7,
     "cli": 8,
 }
+# The package itself: importing it runs its table of lazy names and imports
+# nothing more, so any module may import it; each name it resolves is an
+# edge to the defining module, found where the name is used.
+TOP = "keras_transformer"
+RANKS[""] = 0  # _subsystem(TOP)
+# 0.3.0's module paths, each bound to its new module (tests/test_moved.py):
+# above everything, for old programs; the package never imports them.
+OLD_PATHS = {old.split(".")[1] for old in MOVED if old.count(".") == 1}
+RANKS.update(dict.fromkeys(OLD_PATHS, 9))
 
 
 def _module_name(path):
@@ -186,45 +200,113 @@ def _is_module(dotted):
     return base.with_suffix(".py").exists() or (base / "__init__.py").exists()
 
 
+def _lazy_names(package):
+    """A package's ``_PUBLIC`` table (name -> the module that defines it),
+    read from its ``__init__.py``; empty for a module or a package without
+    one."""
+    init = ROOT / package.replace(".", "/") / "__init__.py"
+    if not init.exists():
+        return {}
+    for node in ast.parse(init.read_text()).body:
+        targets = getattr(node, "targets", [])
+        if any(getattr(target, "id", None) == "_PUBLIC" for target in targets):
+            return ast.literal_eval(node.value)
+    return {}
+
+
+def _resolve(module, name):
+    """The module that ``module.name`` imports (a submodule, or the module
+    that defines a lazy name), or None (a plain attribute)."""
+    if _is_module(f"{module}.{name}"):
+        return f"{module}.{name}"
+    return _lazy_names(module).get(name)
+
+
+def _named_module(node, bound):
+    """The module that the expression ``node`` (``a``, ``a.b``, ...) names,
+    or None; ``bound``: local name -> the module it names."""
+    if isinstance(node, ast.Name):
+        return bound.get(node.id)
+    if isinstance(node, ast.Attribute):
+        module = _named_module(node.value, bound)
+        if module is not None and _is_module(f"{module}.{node.attr}"):
+            return f"{module}.{node.attr}"
+    return None
+
+
+def _imports_of(tree):
+    """The package's modules that ``tree`` imports (see ``package_imports``)."""
+    found, bound = set(), {}  # bound: local name -> the module it names
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                found.add(alias.name)
+                # ``import a.b`` binds ``a``; ``import a.b as x`` binds ``a.b``.
+                name = alias.asname or alias.name.split(".")[0]
+                bound[name] = alias.name if alias.asname else name
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            for alias in node.names:
+                full = f"{node.module}.{alias.name}"
+                if _is_module(full):
+                    found.add(full)
+                    bound[alias.asname or alias.name] = full
+                else:  # the package's __init__, then the module it names
+                    found.add(node.module)
+                    found.add(_lazy_names(node.module).get(alias.name))
+    # A package's lazy name used as an attribute (``kt.build_model``,
+    # ``kt.data.CorpusFiles``).
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute):
+            module = _named_module(node.value, bound)
+            if module is not None and module.split(".")[0] == TOP:
+                found.add(_resolve(module, node.attr))
+    return {m for m in found - {None} if m == TOP or m.startswith(f"{TOP}.")}
+
+
 def package_imports():
     """``{module: {imported module, ...}}`` over the package, every import
     (function-level ones too); ``from package import module`` counts as the
-    module, not the package's ``__init__``."""
-    graph = {}
-    for path in PACKAGE:
-        found = set()
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Import):
-                found |= {alias.name for alias in node.names}
-            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-                submodules = {
-                    f"{node.module}.{alias.name}"
-                    for alias in node.names
-                    if _is_module(f"{node.module}.{alias.name}")
-                }
-                found |= submodules or {node.module}
-                if len(submodules) < len(node.names):
-                    found.add(node.module)
-        graph[_module_name(path)] = {
-            m for m in found if m.startswith("keras_transformer.")
-        }
-    return graph
+    module, not the package's ``__init__``; a name of a package's lazy table
+    (``from keras_transformer import build_model``, or ``kt.build_model``
+    after ``import keras_transformer as kt``) counts as the module that
+    defines it too, after the package."""
+    return {
+        _module_name(path): _imports_of(ast.parse(path.read_text())) for path in PACKAGE
+    }
 
 
 def _subsystem(module):
-    return module.split(".")[1]
+    return module.split(".")[1] if "." in module else ""
 
 
 def test_every_subsystem_has_a_rank():
-    subsystems = {_subsystem(m) for m in package_imports() if "." in m}
+    subsystems = {_subsystem(m) for m in package_imports()}
     assert subsystems <= set(RANKS), subsystems - set(RANKS)
+
+
+def test_the_package_imports_nothing_more_on_import():
+    """``keras_transformer/__init__.py`` runs ``_lazy`` and no other module
+    of the package; its ``__getattr__`` imports the rest, name by name."""
+    tree = ast.parse((ROOT / TOP / "__init__.py").read_text())
+    body = [n for n in tree.body if not isinstance(n, ast.FunctionDef)]
+    assert _imports_of(ast.Module(body=body, type_ignores=[])) == {f"{TOP}._lazy"}
+
+
+def test_no_module_of_the_package_imports_an_old_path():
+    old = {f"{TOP}.{name}" for name in OLD_PATHS} | set(MOVED)
+    found = {
+        f"{module} -> {imported}"
+        for module, imports in package_imports().items()
+        for imported in imports & old
+    }
+    assert not found
 
 
 def test_imports_go_only_downward():
     upward = [
         f"{module} -> {imported}"
         for module, imports in package_imports().items()
-        if module != "keras_transformer"  # the public API's table imports all
+        if module != TOP  # the public API's table reaches all
         for imported in imports
         if _subsystem(imported) != _subsystem(module)
         and RANKS[_subsystem(imported)] >= RANKS[_subsystem(module)]
@@ -233,7 +315,7 @@ def test_imports_go_only_downward():
 
 
 def test_no_import_cycles():
-    graph = {m: i for m, i in package_imports().items() if m != "keras_transformer"}
+    graph = package_imports()
     state, cycles = {}, []
 
     def visit(module, path):

@@ -1,44 +1,67 @@
-"""0.3.0's module paths still import for one release: the module at its new
-path, bound under the old name too, with a ``DeprecationWarning`` naming the
-new path."""
+"""0.3.0's module paths still import for one release: a module at each old
+path binds it to the module at the new path, with a ``DeprecationWarning``
+naming the new path. ``keras_transformer.attention_maps`` is gone as a
+module path: it names the public function."""
 
 import importlib
+import pathlib
 import subprocess
 import sys
 
 import pytest
 
-from keras_transformer import _moved
+import keras_transformer as kt
 
 pytestmark = pytest.mark.once
 
+ROOT = pathlib.Path(__file__).resolve().parents[1]
 
-@pytest.mark.parametrize("old", sorted(_moved.MOVED))
+# Old dotted path -> new dotted path.
+MOVED = {
+    "keras_transformer.allocator": "keras_transformer.trainer.allocator",
+    "keras_transformer.callbacks": "keras_transformer.trainer.callbacks",
+    "keras_transformer.checkpoints": "keras_transformer.trainer.checkpoints",
+    "keras_transformer.cluster": "keras_transformer.distribute.cluster",
+    "keras_transformer.configs": "keras_transformer.model.config",
+    "keras_transformer.decoding": "keras_transformer.search.decoding",
+    "keras_transformer.evaluation": "keras_transformer.translate.evaluation",
+    "keras_transformer.export.ctranslate2_translator": (
+        "keras_transformer.translate.ctranslate2_translator"
+    ),
+    "keras_transformer.losses": "keras_transformer.model.losses",
+    "keras_transformer.plotting": "keras_transformer.translate.plotting",
+    "keras_transformer.schedules": "keras_transformer.model.schedules",
+    "keras_transformer.search_options": "keras_transformer.search.options",
+    "keras_transformer.translator": "keras_transformer.translate.keras_translator",
+}
+
+
+@pytest.mark.parametrize("old", sorted(MOVED))
 def test_an_old_path_is_the_new_module_with_a_warning(old):
-    new = _moved.MOVED[old]
+    new = MOVED[old]
     sys.modules.pop(old, None)
-    with pytest.warns(DeprecationWarning, match=rf"{old} moved to {new}"):
-        module = importlib.import_module(old)
-    assert module is importlib.import_module(new)
-    # A public name of the package that the old module path shares is still
-    # the public object, not the module the import bound in its place.
-    package, _, name = old.rpartition(".")
-    public = importlib.import_module(package)
-    if name in getattr(public, "__all__", ()):
-        assert getattr(public, name) is getattr(module, name)
+    namespace = {}
+    with pytest.warns(DeprecationWarning, match=rf"{old} moved to {new}") as warned:
+        exec(compile(f"import {old} as module", "old_program.py", "exec"), namespace)
+    assert namespace["module"] is importlib.import_module(new) is sys.modules[old]
+    # The warning names the line that imports the old path.
+    assert [w.filename for w in warned] == ["old_program.py"]
 
 
-def test_every_new_path_exists_and_no_old_file_is_left():
-    for old, new in _moved.MOVED.items():
-        assert importlib.util.find_spec(new) is not None, new
-        # An old file left beside the new one would shadow the alias.
-        assert (
-            importlib.machinery.PathFinder.find_spec(
-                old.rpartition(".")[2],
-                importlib.import_module(old.rpartition(".")[0]).__path__,
-            )
-            is None
-        ), old
+def test_every_module_at_an_old_path_is_listed():
+    found = {
+        ".".join(path.relative_to(ROOT).with_suffix("").parts)
+        for path in (ROOT / "keras_transformer").rglob("*.py")
+        if "_moved.alias(" in path.read_text()
+    }
+    assert found == set(MOVED)
+
+
+def test_attention_maps_is_the_function_not_an_old_path():
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module("keras_transformer.attention_maps")
+    assert kt.attention_maps.__module__ == "keras_transformer.translate.attention_maps"
+    assert callable(kt.attention_maps)
 
 
 def test_old_from_imports_give_the_same_objects():

@@ -27,8 +27,7 @@ import json
 import os
 import time
 
-import keras
-
+from keras_transformer.atomic import write_atomic
 from keras_transformer.cli._arguments import (
     add_model_argument,
     add_search_arguments,
@@ -40,8 +39,6 @@ from keras_transformer.cli._arguments import (
 from keras_transformer.cli._extras import exit_if_missing, require
 from keras_transformer.cli._process import prepare_process, start_engine
 from keras_transformer.data.corpus import CorpusError, read_parallel
-from keras_transformer.trainer import checkpoints
-from keras_transformer.trainer.checkpoints import write_atomic
 from keras_transformer.translate.evaluation import (
     ModelFileError,
     load_translator,
@@ -84,6 +81,8 @@ def _parser():
 
 def _load_checkpoint(translator, args, fail):
     """The weights of ``--checkpoint`` into the translator's model."""
+    from keras_transformer.trainer import checkpoints
+
     weights = os.path.join(args.checkpoint, checkpoints.WEIGHTS_FILE)
     if not os.path.isfile(weights):
         fail(f"{args.checkpoint}: not a checkpoint folder (no {weights})")
@@ -144,6 +143,8 @@ def main(argv=None):
     start = time.perf_counter()
     hypotheses = translator.translate(sources, search)
     seconds = time.perf_counter() - start
+
+    import keras  # here, not on import: the process settings come first
 
     result = score(hypotheses, references)
     result.update(

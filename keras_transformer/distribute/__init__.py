@@ -1,10 +1,20 @@
 """Training on several devices (data and model parallelism) and on several
-JAX processes (``cluster``)."""
+JAX processes (``cluster``).
 
-from keras_transformer.distribute.parallel import (
-    DataParallelSetup,
-    data_parallel,
-    model_parallel,
-)
+Names are imported when first used: a module of the package imports the
+package first, and with it no other module.
+"""
 
-__all__ = ["DataParallelSetup", "data_parallel", "model_parallel"]
+from keras_transformer import _lazy
+
+_PUBLIC = {
+    "DataParallelSetup": "keras_transformer.distribute.parallel",
+    "data_parallel": "keras_transformer.distribute.parallel",
+    "model_parallel": "keras_transformer.distribute.parallel",
+    "weight_bytes": "keras_transformer.distribute.parallel",
+    "weight_bytes_per_device": "keras_transformer.distribute.parallel",
+}
+
+__all__ = sorted(_PUBLIC)
+
+__getattr__, __dir__ = _lazy.attributes(__name__, _PUBLIC)

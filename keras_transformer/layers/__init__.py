@@ -1,21 +1,22 @@
-"""The Transformer's layers, one concern per module."""
+"""The Transformer's layers, one concern per module.
 
-from keras_transformer.layers.attention import (
-    MultiHeadAttention,
-    ScaledDotProductAttention,
-)
-from keras_transformer.layers.blocks import DecoderBlock, EncoderBlock
-from keras_transformer.layers.dropout import Dropout
-from keras_transformer.layers.embedding import TokenEmbedding
-from keras_transformer.layers.position import SinusoidalEncoding, sinusoidal_table
+Names are imported when first used: a module of the package imports the
+package first, and with it no other module.
+"""
 
-__all__ = [
-    "DecoderBlock",
-    "Dropout",
-    "EncoderBlock",
-    "MultiHeadAttention",
-    "ScaledDotProductAttention",
-    "SinusoidalEncoding",
-    "TokenEmbedding",
-    "sinusoidal_table",
-]
+from keras_transformer import _lazy
+
+_PUBLIC = {
+    "MultiHeadAttention": "keras_transformer.layers.attention",
+    "ScaledDotProductAttention": "keras_transformer.layers.attention",
+    "DecoderBlock": "keras_transformer.layers.blocks",
+    "EncoderBlock": "keras_transformer.layers.blocks",
+    "Dropout": "keras_transformer.layers.dropout",
+    "TokenEmbedding": "keras_transformer.layers.embedding",
+    "SinusoidalEncoding": "keras_transformer.layers.position",
+    "sinusoidal_table": "keras_transformer.layers.position",
+}
+
+__all__ = sorted(_PUBLIC)
+
+__getattr__, __dir__ = _lazy.attributes(__name__, _PUBLIC)

@@ -1,0 +1,7 @@
+"""The 0.3.0 path of ``keras_transformer.trainer.checkpoints``
+(for one release, with a ``DeprecationWarning``)."""
+
+from keras_transformer import _moved
+from keras_transformer.trainer import checkpoints
+
+_moved.alias(__name__, checkpoints)
