@@ -1,7 +1,7 @@
 """The id store (corpora larger than memory).
 
-References: the in-memory path (``encode`` with keras-hub's tokenizer, and
-``BucketedDataset`` over lists of ids) on the same corpus.
+References: SentencePiece's own processor on the same corpus, and the
+in-memory path (``BucketedDataset`` over lists of ids).
 """
 
 import gzip
@@ -9,8 +9,11 @@ import gzip
 import numpy as np
 import pytest
 
+import sentencepiece
+
 from keras_transformer import data as ktd
 from keras_transformer.data import id_store
+from keras_transformer.data.sentencepiece import SentencePiece
 
 pytestmark = pytest.mark.once
 
@@ -37,18 +40,25 @@ def built(tmp_path_factory):
     root = tmp_path_factory.mktemp("store")
     paths, sources, targets = corpus(root)
     proto = ktd.train_tokenizer(sources + targets, 80)
-    store = id_store.build_id_store(*paths, proto, root / "ids", chunk_lines=64)
+    store = id_store.build_id_store(
+        *paths, SentencePiece(proto), root / "ids", chunk_lines=64
+    )
     return root, store, proto, sources, targets
 
 
 def test_the_store_holds_the_ids_of_encode(built):
     _, store, proto, sources, targets = built
-    tokenizer = ktd.make_tokenizer(proto)
+    processor = sentencepiece.SentencePieceProcessor(model_proto=proto)
     assert len(store) == len(sources) == 300
     assert store.info["dtype"] == "uint16" and store.info["pairs"] == 300
-    assert store.info["tokenizer"] == id_store.tokenizer_digest(proto)
-    src = ktd.encode(tokenizer, sources)
-    tgt = ktd.encode(tokenizer, targets, add_end=False)
+    digest = id_store.tokenizer_digest(SentencePiece(proto))
+    assert store.info["tokenizer"] == digest
+    assert (
+        id_store.tokenizer_digest(SentencePiece(ktd.train_tokenizer(sources, 60)))
+        != digest
+    )
+    src = [row + [ktd.END_ID] for row in processor.encode(sources)]
+    tgt = processor.encode(targets)
     for i in range(len(sources)):
         assert store.source[i].tolist() == src[i]
         assert store.target[i].tolist() == tgt[i]
@@ -58,7 +68,7 @@ def test_the_store_holds_the_ids_of_encode(built):
 
 def test_batches_from_the_store_are_the_in_memory_batches(built):
     _, store, proto, sources, targets = built
-    tokenizer = ktd.make_tokenizer(proto)
+    tokenizer = SentencePiece(proto)
     args = dict(batch_tokens=96, boundaries=[8, 16, 24], seed=4, rows_multiple=2)
     lists = ktd.BucketedDataset(
         ktd.encode(tokenizer, sources),
@@ -81,7 +91,9 @@ def test_a_bad_line_names_file_and_line_and_leaves_no_store(tmp_path):
     paths, sources, targets = corpus(tmp_path, pairs=100, bad_line=70)
     proto = ktd.train_tokenizer(sources + targets[:60], 60)
     with pytest.raises(ktd.CorpusError, match=r"train\.en:70: whitespace-only"):
-        id_store.build_id_store(*paths, proto, tmp_path / "ids", chunk_lines=16)
+        id_store.build_id_store(
+            *paths, SentencePiece(proto), tmp_path / "ids", chunk_lines=16
+        )
     assert not (tmp_path / "ids").exists()
     with pytest.raises(ValueError, match="no finished id store"):
         id_store.IdStore(tmp_path / "ids.partial")

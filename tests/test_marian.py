@@ -273,12 +273,12 @@ def test_the_tokenizer_gives_marians_ids(preset):
     with pytest.warns(UserWarning, match="never seen"):
         ours = translator.encode_sources(TEXTS)
     tokenizer = translator.tokenizer
-    assert [[int(tokenizer.source_ids[i]) for i in row] for row in ours] == expected
+    assert [[int(tokenizer.text.source_ids[i]) for i in row] for row in ours] == expected
     assert any(1 in row for row in expected)  # "quick" has pieces not in vocab.json
     # And back: target pieces through target.spm, as Marian decodes them.
     words = [german(n) for n in NUMBERS]
     ids = [theirs(text_target=text)["input_ids"][:-1] for text in words]
-    order = our_ids(tokenizer.target_ids, np.arange(len(tokenizer.target_ids) - 1))
+    order = our_ids(tokenizer.text.target_ids, np.arange(len(tokenizer.text.target_ids) - 1))
     assert tokenizer.detokenize([[order[i] for i in row] for row in ids]) == [
         theirs.decode(row, skip_special_tokens=True) for row in ids
     ]
@@ -295,7 +295,7 @@ def test_greedy_translations_equal_transformers_generate(preset):
     limits = [len(row) - 1 + 50 for row in sources]
     expected = []
     for row, limit in zip(sources, limits, strict=True):
-        marian_ids = [int(translator.tokenizer.source_ids[i]) for i in row]
+        marian_ids = [int(translator.tokenizer.text.source_ids[i]) for i in row]
         with torch.no_grad():
             out = reference.generate(
                 torch.tensor([marian_ids]), num_beams=beam_size, do_sample=False,
@@ -307,7 +307,7 @@ def test_greedy_translations_equal_transformers_generate(preset):
         TEXTS[:6], beam_size=beam_size, length_penalty_form="gnmt",
         max_output_length=None,
     )  # fmt: skip
-    got = [[int(translator.tokenizer.target_ids[i]) for i in row] for row in ours]
+    got = [[int(translator.tokenizer.text.target_ids[i]) for i in row] for row in ours]
     assert got == expected
 
 
@@ -372,13 +372,13 @@ def generated(translator, reference, texts, **options):
     forbidden and the rest renormalized, as OPUS-MT's configs ask, and the
     translator's output limit unless ``options`` set one."""
     marian_to_ours = our_ids(
-        translator.tokenizer.target_ids, np.arange(reference.config.vocab_size)
+        translator.tokenizer.text.target_ids, np.arange(reference.config.vocab_size)
     )
     pad = reference.config.pad_token_id
     options = dict(bad_words_ids=[[pad]], renormalize_logits=True, **options)
     outputs = []
     for row in translator.encode_sources(texts):
-        marian_ids = [int(translator.tokenizer.source_ids[i]) for i in row]
+        marian_ids = [int(translator.tokenizer.text.source_ids[i]) for i in row]
         limit = translator.output_limit(len(row) - 1, translator.max_output_length)
         with torch.no_grad():
             out = reference.generate(
@@ -472,7 +472,7 @@ def test_a_multi_target_model_asks_for_its_target_language(multi_target):
     assert got == generated(translator, reference, asked, num_beams=1)
     # The token is read as one piece, its own id, as transformers reads it.
     sources = translator.with_target_language(texts, "deu")
-    ids = [[int(translator.tokenizer.source_ids[i]) for i in row]
+    ids = [[int(translator.tokenizer.text.source_ids[i]) for i in row]
            for row in translator.encode_sources(sources)]  # fmt: skip
     assert ids == theirs(asked)["input_ids"]
     assert {row[0] for row in ids} == {theirs.convert_tokens_to_ids(">>deu<<")}

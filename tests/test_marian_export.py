@@ -33,6 +33,7 @@ from keras_transformer import SearchOptions, Translator, build_model
 from keras_transformer.cli import export
 from keras_transformer.data import tokenizer as tk
 from keras_transformer.data.numbers import english, german
+from keras_transformer.data.sentencepiece import SentencePiece
 from keras_transformer.pretrained.marian import vocabulary_order
 from keras_transformer.pretrained.marian_export import write_marian
 from keras_transformer.special_tokens import END_ID, PAD_ID, START_ID
@@ -422,8 +423,9 @@ def test_what_marian_cannot_express_is_refused_by_name(proto, tmp_path):
     model = build_model(
         "tiny", src_vocab_size=60, num_layers=1, d_model=8, num_heads=2, d_ff=8
     )
-    no_proto = types.SimpleNamespace(transformer=model, tokenizer=object())
-    with pytest.raises(ValueError, match="without a SentencePiece model"):
+    other_kind = types.SimpleNamespace(kind="words")  # a tokenizer of another kind
+    no_proto = types.SimpleNamespace(transformer=model, tokenizer=other_kind)
+    with pytest.raises(ValueError, match="tokenizer is of kind 'words'"):
         write_marian(no_proto, tmp_path / "b")
     # SentencePiece's own reserved ids (<unk> 0, <s> 1, </s> 2) are not these.
     other = io.BytesIO()
@@ -431,7 +433,7 @@ def test_what_marian_cannot_express_is_refused_by_name(proto, tmp_path):
         sentence_iterator=iter(TEXTS * 5), model_writer=other, vocab_size=40,
         hard_vocab_limit=False, minloglevel=2,
     )  # fmt: skip
-    foreign = types.SimpleNamespace(proto=other.getvalue())
+    foreign = SentencePiece(other.getvalue())
     with pytest.raises(ValueError, match="ids 0-3 are"):
         write_marian(types.SimpleNamespace(transformer=model, tokenizer=foreign),
                      tmp_path / "d")  # fmt: skip

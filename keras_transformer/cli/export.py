@@ -8,9 +8,11 @@
         --out runs/multi30k/marian [--beam-size 4 --length-penalty 0.6]
 
 ``ctranslate2`` writes a CTranslate2 model directory with the tokenizer
-beside it; ``kt-translate`` and ``kt-evaluate`` take that directory as
-``--model``, and ``keras_transformer.export.ctranslate2.load_ctranslate2``
-loads it in Python. ``saved_model`` writes a TensorFlow SavedModel whose
+beside it and the translator's default search (or the one the search flags
+give) as the export's; ``kt-translate`` and ``kt-evaluate`` take that
+directory as ``--model``, and
+``keras_transformer.export.ctranslate2.load_ctranslate2`` loads it in
+Python. ``saved_model`` writes a TensorFlow SavedModel whose
 signature ``translate`` maps strings (``texts``) to strings
 (``translations``), the tokenizer and the beam search inside the graph, for
 ``tf.saved_model.load`` or TensorFlow Serving; its beam size and length
@@ -68,20 +70,7 @@ def main(argv=None):
     def fail(message):
         parser.exit(2, f"{parser.prog}: error: {message}\n")
 
-    if args.format == "ctranslate2":
-        given = [
-            option
-            for option, value in (
-                ("--beam-size", args.beam_size),
-                ("--length-penalty", args.length_penalty),
-                ("--length-penalty-form", args.length_penalty_form),
-            )
-            if value is not None
-        ]
-        if given:
-            # The search of a CTranslate2 model is chosen per call.
-            fail(f"{', '.join(given)}: give them to kt-translate, not to the export")
-    elif args.quantization is not None:
+    if args.format != "ctranslate2" and args.quantization is not None:
         fail("--quantization applies to --format ctranslate2 only")
     engine = model_engine(args.model)
     try:
@@ -101,6 +90,7 @@ def main(argv=None):
                 args.out,
                 quantization=args.quantization,
                 overwrite=args.overwrite,
+                search=search_options(args, translator),
             )
         elif args.format == "marian":
             from keras_transformer.pretrained.marian_export import write_marian

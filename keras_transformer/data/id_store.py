@@ -102,14 +102,19 @@ class IdStore:
         return len(self.source)
 
 
-def tokenizer_digest(proto):
-    """A short digest of a serialized SentencePiece model: a store is valid
-    for the tokenizer that wrote it only."""
-    return hashlib.sha256(proto).hexdigest()[:16]
+def tokenizer_digest(tokenizer):
+    """A short digest of a tokenizer's files and settings (its kind, its
+    ``export_files`` and ``export_settings``): a store is valid for the
+    tokenizer that wrote it only."""
+    digest = hashlib.sha256(str(tokenizer.kind).encode())
+    for name, data in sorted(tokenizer.export_files().items()):
+        digest.update(name.encode() + b"\0" + hashlib.sha256(data).digest())
+    digest.update(json.dumps(tokenizer.export_settings(), sort_keys=True).encode())
+    return digest.hexdigest()[:16]
 
 
 def build_id_store(
-    source_path, target_path, proto, folder, max_lines=None, chunk_lines=20_000
+    source_path, target_path, tokenizer, folder, max_lines=None, chunk_lines=20_000
 ):
     """Tokenise a parallel corpus into an id store in ``folder``.
 
@@ -120,7 +125,8 @@ def build_id_store(
     Args:
         source_path, target_path: the corpus files (plain or gzip; see
             ``keras_transformer.data.corpus``).
-        proto: bytes, the serialized SentencePiece model (``tokenizer.model``).
+        tokenizer: a ``TextTokenizer`` (``data.contract``): sources are its
+            ``encode`` (with the end id), targets its ``encode_targets``.
         folder: where the store goes.
         max_lines: read at most this many pairs (None: all).
         chunk_lines: pairs tokenised at a time (the memory held).
@@ -131,10 +137,8 @@ def build_id_store(
     Raises:
         CorpusError: as ``iter_parallel`` (naming the file and line).
     """
-    import sentencepiece
-
-    processor = sentencepiece.SentencePieceProcessor(model_proto=proto)
-    dtype = "uint16" if processor.get_piece_size() <= 2**16 else "int32"
+    size = max(len(tokenizer.source_pieces()), len(tokenizer.target_pieces()))
+    dtype = "uint16" if size <= 2**16 else "int32"
     folder = os.fsdecode(folder)
     partial = folder + ".partial"
     shutil.rmtree(partial, ignore_errors=True)
@@ -146,14 +150,14 @@ def build_id_store(
         open(os.path.join(partial, TARGET_FILE), "wb") as target_file,
     ):
         while chunk := list(itertools.islice(pairs, chunk_lines)):
-            sources = processor.encode([s for s, _ in chunk])
-            targets = processor.encode([t for _, t in chunk])
-            for ids, file, side_lengths, end in (
-                (sources, source_file, lengths[0], [END_ID]),
-                (targets, target_file, lengths[1], []),
+            sources = tokenizer.encode([s for s, _ in chunk])
+            targets = tokenizer.encode_targets([t for _, t in chunk])
+            for ids, file, side_lengths in (
+                (sources, source_file, lengths[0]),
+                (targets, target_file, lengths[1]),
             ):
-                side_lengths.extend(len(row) + len(end) for row in ids)
-                flat = [i for row in ids for i in (*row, *end)]
+                side_lengths.extend(len(row) for row in ids)
+                flat = [i for row in ids for i in row]
                 np.asarray(flat, dtype=dtype).tofile(file)
     if not lengths[0]:
         raise CorpusError(os.fsdecode(source_path), None, "empty file (0 lines)")
@@ -165,7 +169,7 @@ def build_id_store(
     info = {
         "pairs": len(lengths[0]),
         "dtype": dtype,
-        "tokenizer": tokenizer_digest(proto),
+        "tokenizer": tokenizer_digest(tokenizer),
         "source": os.path.abspath(os.fsdecode(source_path)),
         "target": os.path.abspath(os.fsdecode(target_path)),
         "max_lines": max_lines,

@@ -9,8 +9,8 @@ embeddings (``share_embeddings=True``). Here the vocabulary is trained with the
 The four reserved ids (``keras_transformer.special_tokens``) are pieces 0
 to 3 of every vocabulary: ``<pad>``, ``<s>``, ``</s>``, ``<unk>``.
 
-``keras_hub`` and ``sentencepiece`` are imported inside the functions, so that
-``import keras_transformer`` stays light.
+``sentencepiece`` and Keras are imported inside the functions, so that reading
+this module costs neither.
 """
 
 import io
@@ -18,6 +18,18 @@ import numbers
 import os
 
 from keras_transformer.special_tokens import END_ID, PAD_ID, START_ID, UNK_ID
+
+__all__ = [
+    "END_ID",
+    "PAD_ID",
+    "START_ID",
+    "UNK_ID",
+    "decode",
+    "encode",
+    "make_tokenizer",
+    "special_ids",
+    "train_tokenizer",
+]
 
 _SPECIAL_PIECES = {
     "pad": (PAD_ID, "<pad>"),
@@ -152,146 +164,73 @@ def _checked_training_arguments(texts, vocab_size, model_type, character_coverag
 
 
 def make_tokenizer(proto):
-    """Wrap a trained model in ``keras_hub.tokenizers.SentencePieceTokenizer``.
+    """The package's tokenizer layer (``SentencePieceTokenizer``) for a
+    trained model.
 
-    Outside ``tf.data`` and ``tf.function`` the tokenizer runs SentencePiece in
-    Python on every backend (TensorFlow included) and returns Python lists.
+    It runs SentencePiece in Python (the ``sentencepiece`` package) on every
+    backend and returns Python lists; it needs neither TensorFlow nor
+    keras-hub.
 
     Args:
         proto: bytes from ``train_tokenizer``, or the path of a ``.model``
             file holding them.
 
     Returns:
-        A built ``SentencePieceTokenizer``. Saved inside a ``.keras`` file it
-        keeps its vocabulary as an asset (``vocabulary.spm``): its config
-        alone (``keras.saving.serialize_keras_object``) has ``proto=None``.
+        A ``SentencePieceTokenizer`` (a Keras layer answering the
+        ``TextTokenizer`` contract). Saved inside a ``.keras`` file it keeps
+        its model as an asset (``vocabulary.spm``).
+
+    Raises:
+        ValueError: the model does not reserve 0 ``<pad>``, 1 ``<s>``,
+            2 ``</s>``, 3 ``<unk>``.
     """
-    import keras_hub
+    from keras_transformer.data.sentencepiece_layer import SentencePieceTokenizer
 
     if isinstance(proto, (str, os.PathLike)):
-        # Read the file here: keras-hub 0.32 opens it without closing it,
-        # which is a ResourceWarning (an error under pytest's settings).
         with open(proto, "rb") as file:
             proto = file.read()
-    tokenizer = keras_hub.tokenizers.SentencePieceTokenizer(proto=proto)
-    # The layer has no weights; marking it built lets it be saved on its own
-    # without Keras' "model has not yet been built" warning.
-    tokenizer.build(None)
-    _check_reserved_ids(tokenizer)
-    return tokenizer
-
-
-def _check_reserved_ids(tokenizer):
-    for piece_id, piece in _SPECIAL_PIECES.values():
-        if tokenizer.id_to_token(piece_id) != piece:
-            raise ValueError(
-                f"The tokenizer's id {piece_id} is {tokenizer.id_to_token(piece_id)!r}"
-                f", expected {piece!r}: train it with train_tokenizer, which "
-                "reserves 0 <pad>, 1 <s>, 2 </s>, 3 <unk>."
-            )
+    return SentencePieceTokenizer(proto=proto)
 
 
 def special_ids(tokenizer):
     """The tokenizer's reserved ids, as the searches take them:
     ``{"start_id": ..., "end_id": ..., "pad_id": ...}``."""
     return {
-        "start_id": tokenizer.token_to_id(_SPECIAL_PIECES["bos"][1]),
-        "end_id": tokenizer.token_to_id(_SPECIAL_PIECES["eos"][1]),
-        "pad_id": tokenizer.token_to_id(_SPECIAL_PIECES["pad"][1]),
+        "start_id": tokenizer.start_id,
+        "end_id": tokenizer.end_id,
+        "pad_id": tokenizer.pad_id,
     }
 
 
-def encode(
-    tokenizer, texts, add_start=False, add_end=True, start_id=START_ID, end_id=END_ID
-):
+def encode(tokenizer, texts, add_start=False, add_end=True):
     """Token ids of each sentence, as Python ints.
 
     Args:
-        tokenizer: from ``make_tokenizer`` (or any with ``tokenize``).
+        tokenizer: a ``TextTokenizer`` (``make_tokenizer``'s, or an imported
+            checkpoint's).
         texts: list (or other sequence) of str.
-        add_start: prepend ``start_id``.
-        add_end: append ``end_id`` (so ``""`` gives ``[end_id]``).
-        start_id, end_id: the tokenizer's, if not the reserved 1 and 2.
+        add_start: prepend the start id.
+        add_end: append the end id (so ``""`` gives ``[end_id]``).
 
     Returns:
         list of lists of int, one per sentence; no padding.
     """
-    if isinstance(texts, (str, bytes)):
-        raise TypeError("texts must be a list of sentences, not one string.")
-    texts = list(texts)
-    if not texts:
-        return []
-    pieces = tokenizer.tokenize(texts)
-    if hasattr(pieces, "to_list"):  # a tf.RaggedTensor on the TF graph path
-        pieces = pieces.to_list()
-    prefix = [start_id] if add_start else []
-    suffix = [end_id] if add_end else []
-    return [prefix + [int(i) for i in ids] + suffix for ids in pieces]
+    prefix = [tokenizer.start_id] if add_start else []
+    return [prefix + row for row in tokenizer.encode(texts, add_end=add_end)]
 
 
-def decode(tokenizer, ids, end_id=END_ID, pad_id=PAD_ID, start_id=START_ID):
-    """Sentences from rows of ids, e.g. a model's (padded) greedy output.
-
-    Each row is cut at its first ``end_id``; padding and ``start_id`` are
-    dropped. Unknown ids decode to SentencePiece's `` ⁇ ``.
+def decode(tokenizer, ids):
+    """Sentences from rows of ids, e.g. a model's (padded) greedy output:
+    each row cut at its first end id, padding and start ids dropped
+    (``tokenizer.decode``). Unknown ids decode to SentencePiece's `` ⁇ ``.
 
     Args:
-        tokenizer: from ``make_tokenizer`` (or any with ``detokenize``).
+        tokenizer: a ``TextTokenizer``.
         ids: list of lists of int, or a 2-D array or tensor.
-        end_id, pad_id, start_id: the tokenizer's, if not the reserved ones.
 
     Returns:
         list of str, one per row.
     """
-    if hasattr(ids, "tolist"):  # NumPy array
-        rows = ids.tolist()
-    elif hasattr(ids, "numpy"):  # backend tensor
-        rows = ids.numpy().tolist()
-    else:
-        rows = [list(row) for row in ids]
-    kept = []
-    for row in rows:
-        row = [int(i) for i in row]
-        if end_id in row:
-            row = row[: row.index(end_id)]
-        kept.append([i for i in row if i not in (pad_id, start_id)])
-    if not kept:
-        # keras-hub reads an empty batch as one empty sentence.
-        return []
-    texts = tokenizer.detokenize(kept)
-    if hasattr(texts, "numpy"):  # a tf.Tensor of bytes on the TF graph path
-        texts = texts.numpy().tolist()
-    return [t.decode("utf-8") if isinstance(t, bytes) else str(t) for t in texts]
-
-
-class SentencePiece:
-    """A tokenizer from a SentencePiece model's bytes with the
-    ``sentencepiece`` package alone: the calls of keras-hub's
-    ``SentencePieceTokenizer`` that the translators make, for engines that
-    run without TensorFlow (keras-hub's tokenizer brings it in).
-
-    Args:
-        proto: the model's bytes (``tokenizer.proto``).
-    """
-
-    def __init__(self, proto):
-        import sentencepiece as spm
-
-        self.proto = proto
-        # As keras-hub builds it for Python (no bos, no eos, no sampling).
-        self._processor = spm.SentencePieceProcessor(model_proto=proto, out_type=int)
-
-    def tokenize(self, texts):
-        return self._processor.Encode(list(texts))
-
-    def detokenize(self, ids):
-        return self._processor.Decode([list(row) for row in ids])
-
-    def vocabulary_size(self):
-        return self._processor.get_piece_size()
-
-    def id_to_token(self, i):
-        return self._processor.id_to_piece(int(i))
-
-    def token_to_id(self, piece):
-        return self._processor.piece_to_id(piece)
+    if not hasattr(ids, "tolist") and hasattr(ids, "numpy"):  # backend tensor
+        ids = ids.numpy()
+    return tokenizer.decode(ids)

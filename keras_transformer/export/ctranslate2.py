@@ -25,19 +25,29 @@ with NumPy alone (no PyTorch, no converter of another framework):
   position 1, so it would be a different model. The table has the model's
   ``max_length`` rows: sources are cut to it, as ``Translator`` cuts them,
   and no output is longer;
-- the vocabulary: the SentencePiece pieces in id order (padded with unused
-  placeholder names when the model's vocabulary is larger than the
-  tokenizer's), with ``<unk>``, ``<s>`` (begin and decoder start) and
-  ``</s>`` set to the tokenizer's pieces of ids 3, 1 and 2.
+- the vocabularies: the tokenizer's pieces **in the model's id order**
+  (``source_pieces()`` and ``target_pieces()`` of the tokenizer contract,
+  ``data.contract``; never a SentencePiece file's order, which an imported
+  Marian checkpoint does not share), made distinct and padded with unused
+  placeholder names where the model has more ids than the tokenizer; the
+  engine hands CTranslate2 these names and maps them back to ids, so a name
+  is only a label. ``<unk>``, ``<s>`` (begin and decoder start) and
+  ``</s>`` are the names of the reserved ids 3, 1 and 2.
 
-Beside CTranslate2's files go ``tokenizer.model`` (the SentencePiece proto)
-and ``keras_transformer.json`` (package version, model config, special ids,
-output-length rule, length-penalty mapping); the folder is written under a
-temporary sibling name and renamed into place when complete.
+Beside CTranslate2's files go the tokenizer's own (``export_files()``:
+``tokenizer.model`` for the package's SentencePiece model; ``source.spm``,
+``target.spm``, ``vocab.json`` for an imported Marian checkpoint's) and
+``keras_transformer.json`` (package version, model config, the tokenizer's
+kind and settings, special ids, output-length rule, the translator's default
+search, length-penalty mapping); the folder is written under a temporary
+sibling name and renamed into place when complete.
 ``quantization`` is CTranslate2's weight type (``None`` keeps float32); the
 weights are read in float32 whatever the model's dtype policy.
 
-What it cannot express raises ``ValueError`` naming the reason: a
+What it cannot express raises ``ValueError`` naming the reason, before
+anything is written: a default search with transformers' length penalty
+(CTranslate2's engine here ranks by GNMT's; give a search with
+``length_penalty_form="gnmt"``), a
 ``max_length=None`` model (CTranslate2 needs a finite position table),
 an activation other than ReLU, GELU and swish, a layer norm without centre
 or scale, a Keras layer quantised in place (``model.quantize``: export the
@@ -55,8 +65,7 @@ import warnings
 import numpy as np
 
 from keras_transformer import atomic
-from keras_transformer.search.options import EXTRA_OUTPUT_LENGTH, LENGTH_PENALTY
-from keras_transformer.special_tokens import END_ID, PAD_ID, START_ID, UNK_ID
+from keras_transformer.search.options import LENGTH_PENALTY, SearchOptions
 
 # The format is the engine's to read: written here as it reads it. The
 # engine's names are this module's API too (load what you exported).
@@ -67,7 +76,6 @@ from keras_transformer.translate.ctranslate2_translator import (
     METADATA_FILE,
     PATIENCE,
     SEARCH_LENGTH_PENALTY,
-    TOKENIZER_FILE,
     CTranslate2Translator,
     import_ctranslate2,
     load_ctranslate2,
@@ -114,7 +122,9 @@ def check_quantization(quantization):
 # -- the export ---------------------------------------------------------------------
 
 
-def export_ctranslate2(translator, out_dir, quantization=None, overwrite=False):
+def export_ctranslate2(
+    translator, out_dir, quantization=None, overwrite=False, search=None
+):
     """Write ``translator`` as a CTranslate2 model directory.
 
     Args:
@@ -128,6 +138,9 @@ def export_ctranslate2(translator, out_dir, quantization=None, overwrite=False):
             "float32").
         overwrite: replace an existing non-empty ``out_dir`` (it is
             replaced only once the new one is complete).
+        search: the ``SearchOptions`` a call on the export starts from
+            (default: the translator's ``default_search``); it must use
+            GNMT's length penalty.
 
     Returns:
         str, the absolute path of ``out_dir``.
@@ -145,18 +158,28 @@ def export_ctranslate2(translator, out_dir, quantization=None, overwrite=False):
     out_dir = os.path.abspath(os.fspath(out_dir))
     _check_out_dir(out_dir, overwrite)
     translator = _load_translator(translator)
+    search = _default_search(translator, search)
     spec, metadata = _convert(translator)
+    metadata["default_search"] = dataclasses.asdict(search)
     metadata["quantization"] = quantization or "float32"
     metadata["ctranslate2_version"] = ctranslate2.__version__
-    proto = bytes(translator.tokenizer.proto)
+    files = translator.tokenizer.export_files()
+    taken = set(files) & {"model.bin", "config.json", METADATA_FILE}
+    taken |= {name for name in files if name.endswith("_vocabulary.json")}
+    if taken:
+        raise ValueError(
+            f"The tokenizer's files {sorted(taken)} would overwrite CTranslate2's."
+        )
 
-    needed = sum(v.nbytes for v in _arrays(spec)) + len(proto) + (1 << 20)
+    needed = sum(v.nbytes for v in _arrays(spec)) + (1 << 20)
+    needed += sum(len(data) for data in files.values())
 
     def fill(temporary):
         spec.validate()
         spec.optimize(quantization=quantization)
         spec.save(temporary)
-        atomic.write_atomic(os.path.join(temporary, TOKENIZER_FILE), proto)
+        for name, data in files.items():
+            atomic.write_atomic(os.path.join(temporary, name), data)
         atomic.write_json_atomic(os.path.join(temporary, METADATA_FILE), metadata)
 
     atomic.write_folder_atomic(
@@ -167,6 +190,22 @@ def export_ctranslate2(translator, out_dir, quantization=None, overwrite=False):
         check=lambda: _check_out_dir(out_dir, overwrite),
     )
     return out_dir
+
+
+def _default_search(translator, search):
+    """The search the export keeps as its default, or ``ValueError`` for one
+    its engine cannot run."""
+    search = SearchOptions.of(translator.default_search if search is None else search)
+    if search.length_penalty_form != "gnmt":
+        raise ValueError(
+            "The CTranslate2 export ranks hypotheses by GNMT's length penalty; "
+            f"this translator's default search uses {search.length_penalty_form}"
+            "'s (an imported checkpoint's generation config), which it cannot "
+            'keep: give a search with length_penalty_form="gnmt" '
+            "(kt-export --length-penalty-form gnmt)."
+        )
+    # What a batch holds is the engine's choice (DEFAULT_BATCH_SIZES).
+    return SearchOptions.of(search, verbose=0, batch_size=None, fixed_batch=False)
 
 
 def _check_out_dir(out_dir, overwrite):
@@ -183,14 +222,14 @@ def _load_translator(translator):
     from keras_transformer.translate.keras_translator import Translator
 
     if isinstance(translator, (str, os.PathLike)):
-        import keras
+        from keras_transformer.saving import load_model
 
         path = os.fspath(translator)
         with warnings.catch_warnings():
             # keras-hub 0.32 opens the vocabulary asset without closing it
             # (see keras_transformer.translate.keras_translator).
             warnings.simplefilter("ignore", ResourceWarning)
-            model = keras.saving.load_model(path)
+            model = load_model(path)
             gc.collect()
         if not isinstance(model, Translator):
             raise ValueError(
@@ -325,13 +364,6 @@ def _position_table(layer, rows, d_model):
     return np.asarray(keras.ops.convert_to_numpy(table), np.float32)
 
 
-def _pieces(proto):
-    import sentencepiece as spm
-
-    processor = spm.SentencePieceProcessor(model_proto=proto)
-    return [processor.id_to_piece(i) for i in range(processor.get_piece_size())]
-
-
 def _check_convertible(model, config):
     """``ValueError`` if the model's shape is one CTranslate2 cannot express."""
     if config.max_length is None:
@@ -405,27 +437,47 @@ def _set_blocks(encoder, decoder, model, epsilon, pre_norm, activation):
 
 
 def _set_vocabulary(spec, translator, epsilon):
-    """Set the vocabularies and tokens; ``(pieces, special, special_pieces)``."""
+    """Set the vocabularies and tokens from the tokenizer's pieces in the
+    model's id order; ``(special, special_pieces)``."""
     model = translator.transformer
-    pieces = _pieces(bytes(translator.tokenizer.proto))
-    special = {"pad": PAD_ID, "start": START_ID, "end": END_ID, "unk": UNK_ID}
-    special_pieces = {name: pieces[i] for name, i in special.items()}
-    spec.register_source_vocabulary(vocabulary_names(pieces, model.src_vocab_size))
-    spec.register_target_vocabulary(vocabulary_names(pieces, model.tgt_vocab_size))
+    tokenizer = translator.tokenizer
+    source, target = tokenizer.source_pieces(), tokenizer.target_pieces()
+    for side, pieces, size in (
+        ("source", source, model.src_vocab_size),
+        ("target", target, model.tgt_vocab_size),
+    ):
+        if len(pieces) > size:
+            raise ValueError(
+                f"The tokenizer has {len(pieces)} {side} ids, the model "
+                f"{size}: the export cannot name the ids the model lacks."
+            )
+    source = vocabulary_names(source, model.src_vocab_size)
+    target = vocabulary_names(target, model.tgt_vocab_size)
+    special = tokenizer.special_ids()
+    special_pieces = {name: target[i] for name, i in special.items()}
+    if any(source[i] != target[i] for i in special.values()):
+        raise ValueError(
+            "The tokenizer names its reserved ids differently on the source and "
+            "target sides; CTranslate2 takes one name for each."
+        )
+    spec.register_source_vocabulary(source)
+    spec.register_target_vocabulary(target)
     spec.config.unk_token = special_pieces["unk"]
     spec.config.eos_token = special_pieces["end"]
     spec.config.bos_token = spec.config.decoder_start_token = special_pieces["start"]
     spec.config.add_source_bos = False
     spec.config.add_source_eos = False  # the sources come with their </s>
     spec.config.layer_norm_epsilon = epsilon
-    return pieces, special, special_pieces
+    return special, special_pieces
 
 
-def _metadata(translator, pieces, special, special_pieces):
-    """The ``keras_transformer.json`` content (without quantization/version)."""
+def _metadata(translator, special, special_pieces):
+    """The ``keras_transformer.json`` content (without quantization,
+    version and search)."""
     import keras_transformer
 
     model = translator.transformer
+    tokenizer = translator.tokenizer
     return {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
@@ -438,13 +490,14 @@ def _metadata(translator, pieces, special, special_pieces):
         },
         "max_length": int(model.config.max_length),
         "max_output_length": translator.max_output_length,
-        "extra_output_length": EXTRA_OUTPUT_LENGTH,
+        "extra_output_length": int(translator.extra_output_length),
         "languages": list(translator.languages) if translator.languages else None,
         "tokenizer": {
-            "file": TOKENIZER_FILE,
-            "pieces": len(pieces),
-            "add_bos": False,
-            "add_eos": False,
+            "kind": tokenizer.kind,
+            "files": sorted(tokenizer.export_files()),
+            "settings": tokenizer.export_settings(),
+            "source_pieces": len(tokenizer.source_pieces()),
+            "target_pieces": len(tokenizer.target_pieces()),
         },
         "special_ids": special,
         "special_pieces": special_pieces,

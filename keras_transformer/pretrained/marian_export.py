@@ -69,13 +69,18 @@ ctranslate2`` writes this package's models for CTranslate2 exactly.
 import dataclasses
 import json
 import os
-import tempfile
 
 import numpy as np
 
 from keras_transformer import atomic
+from keras_transformer.data.sentencepiece import MODEL_FILE
 from keras_transformer.pretrained.marian import residual_order, vocabulary_order
-from keras_transformer.pretrained.marian_tokenizer import MarianTokenizer
+from keras_transformer.pretrained.marian_vocabularies import (
+    SOURCE_MODEL,
+    TARGET_MODEL,
+    TARGET_VOCABULARY,
+    VOCABULARY,
+)
 from keras_transformer.search.options import SearchOptions
 from keras_transformer.special_tokens import END_ID, PAD_ID, START_ID, UNK_ID
 
@@ -83,8 +88,6 @@ CONFIG = "config.json"
 WEIGHTS = "model.safetensors"
 GENERATION_CONFIG = "generation_config.json"
 TOKENIZER_CONFIG = "tokenizer_config.json"
-SOURCE_MODEL, TARGET_MODEL = "source.spm", "target.spm"
-VOCABULARY, TARGET_VOCABULARY = "vocab.json", "target_vocab.json"
 # Keras' names of the feed-forward activations and Hugging Face's for the
 # same functions (GELU exact in both; swish is SiLU).
 MARIAN_ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "silu": "swish", "swish": "swish"}
@@ -210,20 +213,20 @@ def _search(translator, search):
 
 
 def marian_vocabulary(translator):
-    """The ``MarianVocabulary`` of a translator: its own SentencePiece
-    tokenizer's, or the files and order of an imported checkpoint's."""
+    """The ``MarianVocabulary`` of a translator, from its tokenizer's
+    contract: one SentencePiece model's pieces in the model's id order, or
+    the files and order of an imported checkpoint's."""
     tokenizer = translator.tokenizer
-    if isinstance(tokenizer, MarianTokenizer):
+    if tokenizer.kind == "marian":
         return _imported_vocabulary(tokenizer)
-    proto = getattr(tokenizer, "proto", None)
-    if proto is None:
+    if tokenizer.kind != "sentencepiece":
         raise ValueError(
-            f"cannot write a Marian checkpoint: the tokenizer is a "
-            f"{type(tokenizer).__name__} without a SentencePiece model (proto); "
-            "Marian's tokenizer needs one (make_tokenizer's, or an imported "
-            "checkpoint's MarianTokenizer)."
+            f"cannot write a Marian checkpoint: the tokenizer is of kind "
+            f"{tokenizer.kind!r}; Marian's tokenizer is SentencePiece models "
+            "and a vocab.json (make_tokenizer's, or an imported checkpoint's)."
         )
-    pieces = _pieces(bytes(proto))
+    pieces = _checked_pieces(tokenizer.source_pieces())
+    proto = tokenizer.export_files()[MODEL_FILE]
     model = translator.transformer
     sizes = (int(model.src_vocab_size) - 1, int(model.tgt_vocab_size) - 1)
     # One pad id for both sides, the last of the smaller vocabulary.
@@ -235,25 +238,16 @@ def marian_vocabulary(translator):
         {names[side][int(row)]: m for m, row in enumerate(rows[side])}
         for side in (0, 1)
     ]
-    files = {SOURCE_MODEL: bytes(proto), TARGET_MODEL: bytes(proto)}
+    files = {SOURCE_MODEL: proto, TARGET_MODEL: proto}
     files[VOCABULARY] = _json(vocabularies[0])
     if vocabularies[1] != vocabularies[0]:
         files[TARGET_VOCABULARY] = _json(vocabularies[1])
     return MarianVocabulary(special, sizes, rows, files)
 
 
-def _pieces(proto):
-    """The SentencePiece model's pieces in id order, checked to reserve this
-    package's special ids."""
-    try:
-        import sentencepiece as spm
-    except ImportError as error:
-        raise ImportError(
-            "writing a Marian checkpoint needs the sentencepiece package: "
-            "pip install 'keras-transformer-aiayn[pretrained]'"
-        ) from error
-    processor = spm.SentencePieceProcessor(model_proto=proto)
-    pieces = [processor.id_to_piece(i) for i in range(processor.get_piece_size())]
+def _checked_pieces(pieces):
+    """The pieces in id order, checked to reserve this package's special
+    ids."""
     reserved = {PAD_ID: "<pad>", START_ID: "<s>", END_ID: "</s>", UNK_ID: "<unk>"}
     found = {i: pieces[i] if i < len(pieces) else None for i in reserved}
     if found != reserved:
@@ -306,16 +300,11 @@ def _rows(order):
 def _imported_vocabulary(tokenizer):
     """An imported checkpoint's vocabulary: its files as they came, its ids
     in the order the import gave them."""
-    with tempfile.TemporaryDirectory() as folder:
-        # The layer's own way to hand its files over (a .keras file's assets).
-        tokenizer.save_assets(folder)
-        files = {}
-        for name in sorted(os.listdir(folder)):
-            with open(os.path.join(folder, name), "rb") as file:
-                files[name] = file.read()
-    rows = (_rows(tokenizer.source_ids), _rows(tokenizer.target_ids))
-    sizes = tuple(int(size) for size in tokenizer.sizes)
-    return MarianVocabulary(dict(tokenizer.special), sizes, rows, files)
+    settings = tokenizer.export_settings()
+    special = {name: int(i) for name, i in settings["special"].items()}
+    sizes = tuple(int(size) for size in settings["sizes"])
+    rows = tuple(_rows(vocabulary_order(size, **special)) for size in sizes)
+    return MarianVocabulary(special, sizes, rows, tokenizer.export_files())
 
 
 # -- the weights -----------------------------------------------------------------------

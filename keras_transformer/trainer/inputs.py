@@ -18,6 +18,7 @@ import numpy as np
 from keras_transformer import data as ktd
 from keras_transformer.atomic import DiskFullError, is_disk_full
 from keras_transformer.data.batching import TRAINING_BUCKETS, bucket_boundaries
+from keras_transformer.data.sentencepiece import MODEL_FILE
 from keras_transformer.distribute import cluster
 from keras_transformer.trainer.config import batch_tokens_error
 from keras_transformer.trainer.errors import UsageError
@@ -36,7 +37,7 @@ def tokenizer(config, task, folder, train, resuming):
 
     def on_chief():
         made, proto = _own_tokenizer(config, task, folder, train, resuming)
-        text = base64.b64encode(made.proto).decode()
+        text = base64.b64encode(made.export_files()[MODEL_FILE]).decode()
         return {"proto": text, "new": proto is not None}
 
     got = agreed(on_chief)
@@ -114,29 +115,17 @@ def pretrained(config):
     return translator
 
 
-def _target_encoder(made):
-    """What spells the targets: the tokenizer, or its target side where it
-    has its own (a Marian model's ``target.spm``)."""
-    if not hasattr(made, "tokenize_targets"):
-        return made
-
-    class Targets:
-        tokenize = staticmethod(made.tokenize_targets)
-
-    return Targets()
-
-
 def datasets(config, made, data, model_config, replicas, shard, folder):
     """``(train, validation, boundaries)``: batches by length (§5.1), this
     process's ``shard`` of each."""
     if isinstance(data["train"], ktd.CorpusFiles):
-        store = _id_store(config, data["train"], made.proto, folder)
+        store = _id_store(config, data["train"], made, folder)
         src_ids, tgt_ids = store.source, store.target
         lengths = np.maximum(src_ids.lengths, tgt_ids.lengths + 1)
     else:
         train_src, train_tgt = data["train"]
-        src_ids = ktd.encode(made, train_src)
-        tgt_ids = ktd.encode(_target_encoder(made), train_tgt, add_end=False)
+        src_ids = made.encode(train_src)
+        tgt_ids = made.encode_targets(train_tgt)
         pairs = zip(src_ids, tgt_ids, strict=True)
         lengths = [max(len(s), len(t) + 1) for s, t in pairs]
     boundaries = config.bucket_lengths or training_boundaries(
@@ -173,8 +162,8 @@ def datasets(config, made, data, model_config, replicas, shard, folder):
         )
     val_src, val_tgt = data["validation"]
     val_dataset = ktd.BucketedDataset(
-        ktd.encode(made, val_src),
-        ktd.encode(_target_encoder(made), val_tgt, add_end=False),
+        made.encode(val_src),
+        made.encode_targets(val_tgt),
         config.batch_tokens,
         boundaries,
         shuffle=False,
@@ -193,7 +182,7 @@ def training_boundaries(max_length, lengths):
     return bucket_boundaries(longest, **TRAINING_BUCKETS)
 
 
-def _id_store(config, files, proto, folder):
+def _id_store(config, files, made, folder):
     """The training split's id store in the run folder: reused when it is
     complete and of this tokenizer and corpus, else written (by process 0;
     the others open it once it is there)."""
@@ -207,7 +196,7 @@ def _id_store(config, files, proto, folder):
         info = store.info
         paths = [os.path.abspath(p) for p in (files.source, files.target)]
         same = (
-            info["tokenizer"] == ktd.id_store.tokenizer_digest(proto)
+            info["tokenizer"] == ktd.id_store.tokenizer_digest(made)
             and [info["source"], info["target"]] == paths
             and info["max_lines"] == files.max_lines
         )
@@ -219,7 +208,7 @@ def _id_store(config, files, proto, folder):
             start = time.monotonic()
             try:
                 store = ktd.build_id_store(
-                    files.source, files.target, proto, path, files.max_lines
+                    files.source, files.target, made, path, files.max_lines
                 )
             except ktd.CorpusError as error:
                 raise UsageError(str(error)) from None

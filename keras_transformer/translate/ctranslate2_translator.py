@@ -72,8 +72,9 @@ import numbers
 import os
 
 from keras_transformer.data.languages import check_languages
-from keras_transformer.data.tokenizer import SentencePiece
+from keras_transformer.data.sentencepiece import MODEL_FILE, SentencePiece
 from keras_transformer.search.options import (
+    SearchOptions,
     check_length,
     length_penalty,
     refuse_transformers_form,
@@ -92,9 +93,10 @@ DEFAULT_INTRA_THREADS = 1
 SEARCH_LENGTH_PENALTY = 1.0
 
 FORMAT = "keras_transformer.ctranslate2"
-FORMAT_VERSION = 1
+# 2: the tokenizer's kind, files and settings, the default search.
+FORMAT_VERSION = 2
 METADATA_FILE = "keras_transformer.json"
-TOKENIZER_FILE = "tokenizer.model"
+TOKENIZER_FILE = MODEL_FILE
 _INSTALL = (
     'pip install "keras-transformer-aiayn[ctranslate2]" (or pip install ctranslate2)'
 )
@@ -111,17 +113,43 @@ def import_ctranslate2():
 
 
 def vocabulary_names(pieces, size):
-    """``size`` distinct names: the pieces in id order, then placeholders for
-    the ids the model has and the tokenizer not."""
-    vocabulary = list(pieces[:size])
-    taken = set(vocabulary)
-    for i in range(len(vocabulary), size):
-        name = f"<keras_transformer_unused_{i}>"
+    """``size`` distinct names, one per model id: the pieces in id order (a
+    piece already taken by a lower id, as when several ids share a piece,
+    is renamed), then placeholders for the ids the model has and the
+    tokenizer not. CTranslate2 is handed these names and gives them back:
+    they only need to be distinct."""
+    vocabulary, taken = [], set()
+    for i in range(size):
+        name = pieces[i] if i < len(pieces) else f"<keras_transformer_unused_{i}>"
         while name in taken:
-            name = f"<{name}>"
+            name = f"<keras_transformer_id_{i}:{name}>"
         vocabulary.append(name)
         taken.add(name)
     return vocabulary
+
+
+def read_tokenizer(path, description):
+    """The tokenizer an export holds: ``description`` is the metadata's
+    ``tokenizer`` entry (its kind, files and settings; an export without a
+    kind has the package's SentencePiece model as ``tokenizer.model``)."""
+    kind = description.get("kind", SentencePiece.kind)
+    names = description.get("files", [description.get("file", TOKENIZER_FILE)])
+    files = {}
+    for name in names:
+        with open(os.path.join(path, name), "rb") as file:
+            files[name] = file.read()
+    if kind == SentencePiece.kind:
+        return SentencePiece.from_export(files)
+    if kind == "marian":
+        from keras_transformer.pretrained.marian_vocabularies import (
+            MarianVocabularies,
+        )
+
+        return MarianVocabularies.from_export(files, description["settings"])
+    raise ValueError(
+        f"{path}: a tokenizer of kind {kind!r}, which this keras_transformer "
+        "cannot read; update keras_transformer."
+    )
 
 
 # -- the translator -----------------------------------------------------------------
@@ -186,8 +214,7 @@ class CTranslate2Translator(TranslatorBase):
             raise ValueError(f"patience must be >= 1. Received: patience={patience}")
         self.patience = float(patience)
         self.batch_size = check_length(batch_size, "batch_size")
-        with open(os.path.join(path, self.metadata["tokenizer"]["file"]), "rb") as f:
-            self.tokenizer = SentencePiece(f.read())
+        self.tokenizer = read_tokenizer(path, self.metadata["tokenizer"])
         self.path = path
         self.source_max_length = self.target_max_length = int(
             self.metadata["max_length"]
@@ -197,19 +224,21 @@ class CTranslate2Translator(TranslatorBase):
         # Exports written before the codes were recorded have none.
         self.languages = check_languages(self.metadata.get("languages"))
         special = self.metadata["special_ids"]
-        self.pad_id, self.start_id, self.end_id = (
-            special["pad"],
-            special["start"],
-            special["end"],
-        )
+        if any(special[name] != i for name, i in self.tokenizer.special_ids().items()):
+            raise ValueError(
+                f"{metadata_path}: special ids {special}, the tokenizer's "
+                f"{self.tokenizer.special_ids()}."
+            )
+        if "default_search" in self.metadata:
+            self.default_search = SearchOptions(**self.metadata["default_search"])
         model = self.metadata["model"]
-        pieces = [
-            self.tokenizer.id_to_token(i)
-            for i in range(self.tokenizer.vocabulary_size())
-        ]
-        self._source_pieces = vocabulary_names(pieces, model["src_vocab_size"])
+        self._source_pieces = vocabulary_names(
+            self.tokenizer.source_pieces(), model["src_vocab_size"]
+        )
         self.source_vocabulary_size = len(self._source_pieces)
-        self._target_pieces = vocabulary_names(pieces, model["tgt_vocab_size"])
+        self._target_pieces = vocabulary_names(
+            self.tokenizer.target_pieces(), model["tgt_vocab_size"]
+        )
         self._target_ids = {piece: i for i, piece in enumerate(self._target_pieces)}
         self._suppressed = [
             [self._target_pieces[self.pad_id]],

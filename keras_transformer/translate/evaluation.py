@@ -7,7 +7,6 @@ CTranslate2 export loads without Keras, a backend or TensorFlow.
 """
 
 import os
-import warnings
 import zipfile
 
 
@@ -152,22 +151,18 @@ def load_translator(path):
         raise FileNotFoundError(f"{path}: no such model file")
     _check_archive(path)
     # Keras finds the classes a .keras file names only once registered: ours
-    # by importing their modules, the tokenizer's by importing keras-hub. A
-    # missing package is then an ImportError, not a damaged file.
+    # by importing their modules. A missing package is then an ImportError,
+    # not a damaged file.
     import keras
-    import keras_hub  # noqa: F401
     import sentencepiece  # noqa: F401
 
-    import keras_transformer.model  # noqa: F401
-    import keras_transformer.pretrained.marian_tokenizer  # noqa: F401
+    from keras_transformer import saving
     from keras_transformer.translate.keras_translator import Translator
 
+    saving.register()
+
     try:
-        with warnings.catch_warnings():
-            # keras-hub 0.32 opens the vocabulary asset without closing it; the
-            # ResourceWarning is harmless but fatal under -W error.
-            warnings.simplefilter("ignore", ResourceWarning)
-            translator = keras.saving.load_model(path)
+        translator = keras.saving.load_model(path)
     except Exception as error:
         # Whatever Keras, h5py, zipfile (a bad CRC) or SentencePiece raise
         # for a damaged member; the original stays chained for a debugger.

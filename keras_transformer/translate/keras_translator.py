@@ -25,9 +25,11 @@ model (``keras_transformer.search``):
 - The decoder starts from ``START_ID``. ``PAD_ID`` and ``START_ID`` are
   never generated: neither can occur inside a target sentence.
 
-keras-hub 0.32 reads the vocabulary asset with ``open()`` and no ``close()``,
-so ``load_model`` emits a ``ResourceWarning`` (harmless; an error only where
-warnings are turned into errors, e.g. under this project's pytest settings).
+The tokenizer is the package's (``data.sentencepiece_layer``) or an imported
+checkpoint's (``pretrained.marian_tokenizer``); both answer the tokenizer
+contract (``data.contract``) and run without TensorFlow. Files of 0.1.0 to
+0.3.0 name keras-hub's tokenizer class: ``from_config`` reads that name as
+the package's, with or without keras-hub installed.
 """
 
 import dataclasses
@@ -37,7 +39,12 @@ import keras
 import numpy as np
 
 from keras_transformer.data.languages import check_languages
-from keras_transformer.data.tokenizer import END_ID, PAD_ID, UNK_ID, special_ids
+from keras_transformer.data.sentencepiece_layer import OLD_NAMES
+from keras_transformer.data.tokenizer import special_ids
+
+# The Marian tokenizer registers itself with Keras on import: a translator
+# file may name it.
+from keras_transformer.pretrained import marian_tokenizer  # noqa: F401
 from keras_transformer.search import decoding, shapes
 from keras_transformer.search.options import SearchOptions, check_length
 from keras_transformer.translate.base import TranslatorBase
@@ -69,9 +76,10 @@ class Translator(TranslatorBase, keras.Model):
     """A tokenizer and a Transformer that translate text (beam search).
 
     Args:
-        tokenizer: a ``SentencePieceTokenizer`` from
-            ``keras_transformer.data.tokenizer.make_tokenizer`` (reserved ids
-            0 pad, 1 start, 2 end, 3 unknown).
+        tokenizer: a ``TextTokenizer`` layer: the ``SentencePieceTokenizer``
+            of ``keras_transformer.data.tokenizer.make_tokenizer`` (reserved
+            ids 0 pad, 1 start, 2 end, 3 unknown), or an imported
+            checkpoint's ``MarianTokenizer``.
         transformer: the model from ``build_model``, trained on that
             tokenizer's ids (its vocabularies must hold all of them).
         max_output_length: optional int, a fixed maximum number of generated
@@ -123,7 +131,7 @@ class Translator(TranslatorBase, keras.Model):
         self.source_vocabulary_size = transformer.src_vocab_size
         # A tokenizer loaded from a .keras file has no vocabulary until its
         # asset is read (after from_config); check the sizes when it has one.
-        if getattr(tokenizer, "proto", None) is not None:
+        if tokenizer.has_vocabulary:
             self.check_tokenizer()
         self.built = True
 
@@ -133,11 +141,12 @@ class Translator(TranslatorBase, keras.Model):
         A translator loaded from a ``.keras`` file whose vocabulary asset is
         missing loads without one; this names the problem (``ValueError``).
         """
-        if getattr(self.tokenizer, "proto", None) is None:
+        if not self.tokenizer.has_vocabulary:
             raise ValueError(
                 "the tokenizer has no vocabulary (a translator loaded from a "
-                ".keras file reads it from the asset vocabulary.spm: is it "
-                "missing from the archive?)"
+                ".keras file reads it from the tokenizer's assets, "
+                f"{', '.join(self.tokenizer.asset_names)}: missing from the "
+                "archive?)"
             )
         vocab = self.tokenizer.vocabulary_size()
         if vocab > self.source_vocabulary_size:
@@ -175,8 +184,17 @@ class Translator(TranslatorBase, keras.Model):
 
     @classmethod
     def from_config(cls, config):
+        from keras_transformer import saving
+
+        saving.register()  # the transformer's classes, its loss and schedule
         config = dict(config)
-        config["tokenizer"] = keras.saving.deserialize_keras_object(config["tokenizer"])
+        # A scope, not custom_objects=: Keras looks a scope up before the
+        # names libraries register, so the package's class answers for
+        # keras-hub's old name even where keras-hub is installed and imported.
+        with keras.saving.CustomObjectScope(OLD_NAMES):
+            config["tokenizer"] = keras.saving.deserialize_keras_object(
+                config["tokenizer"]
+            )
         config["transformer"] = keras.saving.deserialize_keras_object(
             config["transformer"]
         )
@@ -302,7 +320,8 @@ class Translator(TranslatorBase, keras.Model):
         """
         search = self.search_options(search, **options)
         sizes = {}
-        for length in range(1, (self.source_max_length or 256) + 1):
+        # An empty source (length 1: the end id) is never searched.
+        for length in range(2, (self.source_max_length or 256) + 1):
             limit = self.output_limit(length - 1, search.max_output_length)
             key = (
                 shapes.width(length, self.source_max_length),
@@ -314,7 +333,7 @@ class Translator(TranslatorBase, keras.Model):
         for length in sizes.values():
             # Any ids compile the same program; the output width comes from
             # the largest limit, and the other rows stop after one token.
-            source = [UNK_ID] * (length - 1) + [END_ID]
+            source = [self.unk_id] * (length - 1) + [self.end_id]
             limits = [self.output_limit(length - 1, search.max_output_length)]
             self._decode_batch(
                 model, [source] * rows, limits + [1] * (rows - 1), search, top_n=1
@@ -376,9 +395,9 @@ class Translator(TranslatorBase, keras.Model):
             ):
                 if hypotheses and log_prob < decoding.IMPOSSIBLE / 2:
                     continue  # an empty beam slot (vocabulary < beam)
-                # Generated tokens are never PAD_ID: the first 0 ends a row.
+                # Generated tokens are never the pad id: the first ends a row.
                 row = row.tolist()
-                row = row[: row.index(PAD_ID)] if PAD_ID in row else row
+                row = row[: row.index(self.pad_id)] if self.pad_id in row else row
                 if scores is None:  # greedy search ranks by log P alone
                     score = float(log_prob) / search.penalty(len(row))
                 else:
