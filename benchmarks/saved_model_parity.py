@@ -4,12 +4,16 @@
         --model runs/multi30k/translator.keras \\
         --source data/multi30k/val.de.gz
 
-Exports the ``.keras`` translator (``Translator.export``: float32, the given
-beam size and length penalty) to a temporary directory (or ``--output``),
-loads it with ``tf.saved_model.load`` and translates the source sentences
-(one per line; ``.gz`` read as gzip) with its ``translate`` signature and
-with ``Translator.translate`` in float32 (the reference: a translator around
-a float32 copy of the transformer, however it was trained). Prints, and
+Exports the ``.keras`` translator (``export_saved_model``: float32, the
+given beam size and length penalty) to a temporary directory (or
+``--output``), loads it with ``tf.saved_model.load`` and translates the
+source sentences (one per line; ``.gz`` read as gzip) with its ``translate``
+signature and with ``Translator.translate`` in float32 (the reference: a
+translator around a float32 copy of the transformer, however it was
+trained, with the translator's output limit and default search). A
+translator whose tokenizer is not one SentencePiece model's (a Marian
+checkpoint's) cannot be exported so: the export's ``ValueError`` says
+which formats can. Prints, and
 writes as JSON with ``--json``: how many outputs are identical, a few that
 differ, the export's time, and each one's time for the whole set after a
 warm-up call on the same set (which compiles every shape), the median of
@@ -32,14 +36,20 @@ from keras_transformer.cli._process import prepare_process
 
 def float32_reference(translator):
     """A translator that computes in float32 with ``translator``'s weights,
-    built here (not by the code under test)."""
+    built here (not by the code under test); its fixed output limit and
+    default search are ``translator``'s, which the export reads too."""
     from keras_transformer.translate.keras_translator import Translator
 
     transformer = translator.transformer
     config = dict(transformer.get_config(), dtype="float32")
     copy = type(transformer).from_config(config)
     copy.set_weights(transformer.get_weights())
-    return Translator(translator.tokenizer, copy)
+    return Translator(
+        translator.tokenizer,
+        copy,
+        max_output_length=translator.max_output_length,
+        search=translator.default_search,
+    )
 
 
 def median(times):

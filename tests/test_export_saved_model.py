@@ -9,10 +9,12 @@ translates; its translations must equal
 ``Translator.translate`` with the same search (the reference, computed
 here by the translator itself), for an empty sentence, one longer than the
 model's ``max_length``, unknown characters and more sentences than the
-export's ``batch_size``. The argument checks run once.
+export's ``batch_size``. The argument checks run once, and so does the
+comparison of the rules the graph restates in TensorFlow ops (the cut, the
+output limit, ``decode``'s cut) with the translator's and the tokenizer's,
+on the same inputs.
 """
 
-import gc
 import json
 import os
 import pathlib
@@ -26,11 +28,14 @@ import pytest
 
 import keras_transformer as kt
 from keras_transformer.cli import _saved_model_child
+from keras_transformer.cli import export as export_command
+from keras_transformer.data.contract import TextTokenizer
 from keras_transformer.data.numbers import english
-from keras_transformer.data.tokenizer import encode
 from keras_transformer.export import saved_model, saved_model_graph
 from keras_transformer.search import shapes
-from keras_transformer.special_tokens import END_ID, UNK_ID
+from keras_transformer.search.options import SearchOptions
+from keras_transformer.special_tokens import END_ID, PAD_ID, START_ID, UNK_ID
+from keras_transformer.translate.base import TranslatorBase
 
 pytest.importorskip("tensorflow_text")
 
@@ -69,13 +74,7 @@ print(json.dumps({
 
 
 def load_fixture():
-    with warnings.catch_warnings():
-        # keras-hub 0.32 reads the vocabulary asset with open() and no
-        # close(): a ResourceWarning, not ours (see tests/test_compat.py).
-        warnings.simplefilter("ignore", ResourceWarning)
-        translator = keras.saving.load_model(FIXTURE)
-        gc.collect()
-    return translator
+    return kt.load_model(FIXTURE)
 
 
 def sentences():
@@ -118,25 +117,27 @@ def xla_functions(path):
 
 
 @pytest.fixture(scope="module")
-def exported(tmp_path_factory):
+def translator():
+    return load_fixture()
+
+
+@pytest.fixture(scope="module")
+def exported(translator, tmp_path_factory):
     """The fixture saved in this backend, reloaded, exported (over a stale
     directory, with ``overwrite=True``) and loaded by another process."""
     folder = tmp_path_factory.mktemp("export")
-    load_fixture().save(folder / "translator.keras")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ResourceWarning)
-        translator = keras.saving.load_model(folder / "translator.keras")
-        gc.collect()
+    translator.save(folder / "translator.keras")
+    reloaded = kt.load_model(folder / "translator.keras")
     path = folder / "saved_model"
     path.mkdir()
     (path / "stale.txt").write_text("from an earlier export")
     returned = saved_model.export_saved_model(
-        translator, path, batch_size=BATCH_SIZE, overwrite=True
+        reloaded, path, batch_size=BATCH_SIZE, overwrite=True
     )
     texts = sentences()
     batches = [texts, []]
     loaded = load_in_new_process(path, batches)
-    return translator, path, returned, texts, batches, loaded
+    return reloaded, path, returned, texts, batches, loaded
 
 
 def reference(translator, texts):
@@ -151,7 +152,7 @@ def test_the_saved_model_translates_as_the_translator(exported):
     translator, path, returned, texts, batches, loaded = exported
     assert returned == os.path.abspath(path)
     assert not (path / "stale.txt").exists()
-    ids = encode(translator.tokenizer, texts)
+    ids = translator.tokenizer.encode(texts)
     assert len(texts) > 4 * BATCH_SIZE
     assert max(len(row) for row in ids) > MAX_LENGTH  # truncated
     assert any(UNK_ID in row for row in ids)
@@ -203,16 +204,16 @@ def test_the_search_settings_are_recorded(exported):
     assert written["jit_compile"] is True
     assert written["model_config"]["d_model"] == translator.transformer.d_model
     assert written["source_widths"] == [8, 16, 32, 64]
+    # The limits and the special ids are the translator's and its tokenizer's.
+    assert written["source_max_length"] == written["target_max_length"] == 64
+    assert written["max_output_length"] is None
+    assert written["extra_output_length"] == translator.extra_output_length == 50
+    assert written["special_ids"] == translator.tokenizer.special_ids()
     # Every output limit is at least 50 (source + 50) and at most 64.
     assert written["output_widths"] == [64]
 
 
 # -- argument checks (the same on every backend) ---------------------------------
-
-
-@pytest.fixture(scope="module")
-def translator():
-    return load_fixture()
 
 
 @pytest.mark.once
@@ -262,10 +263,64 @@ def test_only_a_translator_exports(tmp_path):
 
 
 @pytest.mark.once
-def test_without_tensorflow_text_the_error_names_it(translator, tmp_path, monkeypatch):
-    monkeypatch.setitem(sys.modules, "tensorflow_text", None)
-    with pytest.raises(ImportError, match="tensorflow-text"):
+@pytest.mark.parametrize("module", ["tensorflow", "tensorflow_text"])
+def test_without_tensorflow_the_error_names_the_extra(
+    translator, tmp_path, monkeypatch, module
+):
+    monkeypatch.setitem(sys.modules, module, None)
+    with pytest.raises(ImportError) as raised:
         saved_model.export_saved_model(translator, tmp_path / "model")
+    assert f"({module} could not be imported)" in str(raised.value)
+    assert 'pip install "keras-transformer-aiayn[saved-model]"' in str(raised.value)
+    assert os.listdir(tmp_path) == []
+
+
+class ForeignIds(TextTokenizer):
+    """The fixture's tokenizer under another kind: one whose ids are not
+    its SentencePiece model's (a Marian checkpoint's are ``vocab.json``'s),
+    though it has a model file to offer."""
+
+    kind = "marian"
+
+    def __init__(self, tokenizer):
+        self.inner = tokenizer
+
+    def tokenize(self, texts):
+        return self.inner.tokenize(texts)
+
+    def detokenize(self, rows):
+        return self.inner.detokenize(rows)
+
+    def source_pieces(self):
+        return self.inner.source_pieces()
+
+    target_pieces = source_pieces
+
+    def export_files(self):
+        return self.inner.export_files()
+
+
+@pytest.mark.once
+def test_a_tokenizer_of_other_ids_is_refused_before_anything_is_written(
+    translator, tmp_path, monkeypatch, capsys
+):
+    foreign = kt.Translator(ForeignIds(translator.tokenizer), translator.transformer)
+    with pytest.raises(ValueError) as raised:
+        saved_model.export_saved_model(foreign, tmp_path / "out" / "model")
+    message = str(raised.value)
+    assert "tokenizer (marian: ForeignIds) is not one" in message
+    assert "--format ctranslate2 or --format marian" in message
+    assert os.listdir(tmp_path) == []
+    # kt-export prints it as one line (the model's loading left out).
+    monkeypatch.setattr(export_command, "prepare_process", lambda verbose: None)
+    monkeypatch.setattr(export_command, "start_engine", lambda engine, verbose: None)
+    monkeypatch.setattr(export_command, "load_translator", lambda path: foreign)
+    out = tmp_path / "cli"
+    arguments = ["--model", "m.keras", "--format", "saved_model", "--out", str(out)]
+    with pytest.raises(SystemExit) as stopped:
+        export_command.main(arguments)
+    assert stopped.value.code == 2
+    assert capsys.readouterr().err == f"kt-export: error: {message}\n"
     assert os.listdir(tmp_path) == []
 
 
@@ -290,10 +345,81 @@ def test_only_the_output_widths_a_chunk_can_need_are_compiled():
     widths = saved_model_graph._output_widths
     assert shapes.widths(256) == [8, 16, 32, 64, 128, 256]
     assert shapes.widths(100) == [8, 16, 32, 64, 100]
-    assert widths(256, None) == [64, 128, 256]  # limits from 50 to 256
-    assert widths(40, None) == [40]
-    assert widths(256, 12) == [16]  # a fixed limit: one width
-    assert widths(256, 1000) == [256]
+    assert widths(256, None, 50) == [64, 128, 256]  # limits from 50 to 256
+    assert widths(256, None, 10) == [16, 32, 64, 128, 256]
+    assert widths(40, None, 50) == [40]
+    assert widths(256, 12, None) == [16]  # a fixed limit: one width
+    assert widths(256, 1000, None) == [256]
+
+
+class Limits(TranslatorBase):
+    """The translator interface with limits of one's choosing and no model:
+    the rules of ``TranslatorBase`` alone."""
+
+    def __init__(self, tokenizer, source, target, fixed=None, extra=50):
+        self.tokenizer = tokenizer
+        self.source_max_length, self.target_max_length = source, target
+        self.max_output_length, self.extra_output_length = fixed, extra
+
+
+@pytest.mark.once("tensorflow")
+def test_the_graphs_rules_are_the_translators(translator):
+    """What the graph restates in TensorFlow ops gives what the translator
+    and its tokenizer give on the same inputs: the cut of a long source and
+    the output limit (``encode_sources``, ``output_limit``) for the
+    fixture's limits and for others (source and target limits apart, an
+    extra length that is not 50, a translator's fixed limit), each source
+    length from 1 to past every limit, with the search's fixed limit around
+    the target's; and ``decode``'s cut at the end id."""
+    import tensorflow as tf
+
+    tokenizer = translator.tokenizer
+    op = saved_model_graph.tokenizer_op(tokenizer)
+    ids = saved_model_graph.special_ids(tokenizer)
+    assert ids == (START_ID, END_ID, PAD_ID)
+    # "hundred" and "thousand" are one piece each: k words, k + 1 ids.
+    words = ["hundred", "thousand"] * 34
+    texts = [" ".join(words[:k]) for k in range(len(words) + 1)]
+    texts += ["seven ☃ ünd 😀", "   ", "thousand ☃"]
+    assert max(tokenizer.count(texts)) > MAX_LENGTH + 1
+    translators = [
+        translator,
+        Limits(tokenizer, source=9, target=12, extra=7),
+        Limits(tokenizer, source=12, target=9, fixed=5),
+    ]
+    for base in translators:
+        target = base.target_max_length
+        for fixed in (None, 1, target - 1, target, target + 1):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", UserWarning)  # too long, <unk>
+                want = base.encode_sources(texts)
+            limits = [base.output_limit(len(row) - 1, fixed) for row in want]
+            rules = saved_model_graph.length_rules(
+                base, SearchOptions(max_output_length=fixed)
+            )
+            n, lengths, got, got_limits = saved_model_graph.encode_sources(
+                op, tf.constant(texts), rules, ids
+            )
+            case = (base.source_max_length, target, fixed)
+            assert int(n) == len(texts)
+            assert got.to_list() == want, case
+            assert lengths.numpy().tolist() == [len(row) for row in want], case
+            assert got_limits.numpy().tolist() == limits, case
+
+    rows = [
+        [8, 5, END_ID, 5, 8],  # cut at the end id
+        [START_ID, 5, PAD_ID, 8, END_ID],  # start and padding dropped
+        [5, 8, 5, 8, 5],  # no end id: the limit came first
+        [END_ID, 5, END_ID, 8, 5],
+        [PAD_ID] * 5,
+        [UNK_ID, 5, UNK_ID, 8, PAD_ID],
+    ]
+    got = saved_model_graph.detokenize(op, tf.constant(rows), ids, len(rows))
+    got = [text.decode("utf-8") for text in got.numpy()]
+    assert got == tokenizer.decode(rows)
+    assert got[0] == "thousand hundred" and got[4] == ""
+    none = saved_model_graph.detokenize(op, tf.zeros([0, 5], tf.int32), ids, 0)
+    assert none.numpy().tolist() == tokenizer.decode([]) == []
 
 
 # -- other searches, TensorFlow only (in process: what they add is the graph) --
@@ -321,7 +447,8 @@ def test_several_output_widths_are_chosen_per_chunk(translator, tmp_path):
     wide = kt.Translator(translator.tokenizer, transformer)
     texts = [" ".join(english(n) for n in range(41, 41 + k)) for k in (8, 1)]
     # Output limits (tokens without END, + 50) in 128's and 64's bucket.
-    limits = [len(row) - 1 + 50 for row in encode(wide.tokenizer, texts)]
+    extra = wide.extra_output_length
+    limits = [len(row) - 1 + extra for row in wide.tokenizer.encode(texts)]
     assert limits[1] <= 64 < limits[0] <= 128
     options = dict(beam_size=1, batch_size=1, use_cache=False)
     path = saved_model.export_saved_model(

@@ -47,9 +47,13 @@ def test_float32_reference_copies_a_bfloat16_model_in_float32():
         d_ff=16,
         dtype="mixed_bfloat16",
     )
-    translator = Translator(tokenizer, model)
+    translator = Translator(
+        tokenizer, model, max_output_length=7, search={"beam_size": 2}
+    )
     reference = parity.float32_reference(translator)
     assert reference.tokenizer is translator.tokenizer
+    assert reference.max_output_length == 7
+    assert reference.default_search == translator.default_search
     copy = reference.transformer
     assert copy is not model
     assert copy.target_embedding.dtype_policy.name == "float32"
@@ -68,7 +72,6 @@ def _scripted_clock(monkeypatch, times):
 
 
 @pytest.mark.once("tensorflow")  # the benchmark's backend: it exports in process
-@pytest.mark.filterwarnings("ignore::ResourceWarning")  # keras-hub's vocabulary
 def test_a_run_on_the_number_translator(tmp_path, monkeypatch, capsys):
     pytest.importorskip("tensorflow_text")
     # (start, end) of: the export, the load, the first call of each, then

@@ -12,12 +12,10 @@ settings as they are (its parent chose the environment).
 
 import argparse
 import contextlib
-import gc
 import json
 import os
 import sys
 import traceback
-import warnings
 
 from keras_transformer.export.saved_model import check_translator
 from keras_transformer.export.saved_model_graph import write_graph
@@ -47,6 +45,7 @@ def main(argv=None):
         os.environ.setdefault("KERAS_BACKEND", "tensorflow")
         import keras
 
+        from keras_transformer.saving import load_model
         from keras_transformer.search.options import SearchOptions
 
         if keras.backend.backend() != "tensorflow":
@@ -55,11 +54,7 @@ def main(argv=None):
                 f"{keras.backend.backend()}"
             )
         search = SearchOptions(**json.loads(args.search))
-        with warnings.catch_warnings():
-            # keras-hub 0.32 reads the vocabulary asset without closing it.
-            warnings.simplefilter("ignore", ResourceWarning)
-            translator = keras.saving.load_model(args.model)
-            gc.collect()
+        translator = load_model(args.model)
         check_translator(translator)
         if os.path.lexists(args.output):
             raise FileExistsError(f"{args.output} exists already")

@@ -3,9 +3,10 @@
 ``export_saved_model(translator, "exported/1")`` (or
 ``translator.export_saved_model("exported/1")``) writes a SavedModel whose signature
 ``translate`` (also ``serving_default``) maps ``texts``, a ``tf.string``
-tensor of shape ``[None]``, to ``{"translations": tf.string [None]}``. It
-needs TensorFlow and ``tensorflow-text`` to load, nothing else: no Keras,
-no keras-hub, no ``keras_transformer``::
+tensor of shape ``[None]``, to ``{"translations": tf.string [None]}``.
+Writing it needs TensorFlow and ``tensorflow-text`` on every backend (the
+extra ``saved-model``); loading it needs them and nothing else: no Keras,
+no ``keras_transformer``::
 
     import tensorflow as tf
     import tensorflow_text  # registers the SentencePiece ops
@@ -21,30 +22,39 @@ compiler (tensorflow/serving#2214), which matters for ``jit_compile=True``
 exports (the default). This module's tests load the export with
 ``tf.saved_model.load``; a model server was not tried.
 
-What the graph does is what ``Translator.translate`` does:
+What the graph does is what ``Translator.translate`` does, with what the
+translator and its tokenizer's contract (``keras_transformer.data.contract``)
+give, never constants of its own:
 
-- tokenize with the translator's SentencePiece model (a
-  ``tensorflow_text.SentencepieceTokenizer`` made from the same proto, kept
-  in the SavedModel as a resource), append ``END_ID``, and cut a source
-  longer than the model's ``max_length`` to its first ``max_length - 1``
-  tokens and ``END_ID`` (the translator warns about it; the graph cannot);
+- tokenize with the tokenizer's SentencePiece model (its
+  ``export_files()``; a ``tensorflow_text.SentencepieceTokenizer`` kept in
+  the SavedModel as a resource), append the end id (``special_ids()``), and
+  cut a source longer than ``source_max_length`` to its first
+  ``source_max_length - 1`` ids and the end id (the translator warns about
+  it; the graph cannot). Only a tokenizer of kind ``"sentencepiece"``, whose
+  ids are its model's piece ids, can be written so: any other (a Marian
+  checkpoint's, whose ids are ``vocab.json``'s) is refused with a
+  ``ValueError`` before anything is written;
 - sort the sources by length and search in chunks of ``batch_size``
   sentences, each padded to a power-of-two number of rows (at most
   ``batch_size``) and to the translator's bucket widths (8, 16, 32, ... up
-  to ``max_length``), with the same output limit per sentence (source
-  length + 50, or ``max_output_length``, never more than ``max_length``);
+  to ``source_max_length``), with the translator's output limit per
+  sentence (source length + ``extra_output_length``, §6.1's 50, or
+  ``max_output_length``, never more than ``target_max_length``);
 - search with ``keras_transformer.search.decoding`` (cached beam search, greedy
   when ``beam_size=1``, stopping once the best hypothesis is settled as
   ``Translator.translate`` does) in float32, XLA-compiled as the
   translator's loop is on TensorFlow (``jit_compile=False``: plain
   TensorFlow ops). The output width is a Python int of the search, so the
-  graph holds one search per output bucket that a chunk can need (limits of
-  at least 50 tokens: 64 and up; one with a fixed ``max_output_length``)
-  and picks one per chunk (``tf.switch_case``); rows and source width are
-  left dynamic, and XLA compiles each new shape on first use, once per
-  process (as for the translator);
-- cut each best hypothesis at ``END_ID``, drop padding and ``START_ID``,
-  detokenize, and put the sentences back in input order.
+  graph holds one search per output bucket that a chunk can need (with no
+  fixed ``max_output_length``, every bucket from that of
+  ``extra_output_length`` up; one with it) and picks one per chunk
+  (``tf.switch_case``); rows and source width are left dynamic, and XLA
+  compiles each new shape on first use, once per process (as for the
+  translator);
+- detokenize by ``decode``'s rule (each best hypothesis cut at the end id,
+  padding and start ids dropped) and put the sentences back in input
+  order.
 
 The search's settings are fixed when exporting (default: 4 beams, α = 0.6)
 and recorded with the model, with the package version, the transformer's
@@ -65,8 +75,6 @@ place: no half-written SavedModel is ever left at ``path``.
 """
 
 import dataclasses
-import importlib
-import importlib.util
 import json
 import os
 import shutil
@@ -80,6 +88,8 @@ from keras_transformer.export.saved_model_graph import (
     INPUT,
     OUTPUT,
     SIGNATURE,
+    require_tensorflow_text,
+    sentencepiece_model,
     write_graph,
 )
 
@@ -129,11 +139,13 @@ def export_saved_model(
         str: the absolute path of the SavedModel.
 
     Raises:
-        TypeError, ValueError: bad search options (before anything is
+        TypeError, ValueError: bad search options, or a tokenizer whose
+            ids are not one SentencePiece model's (before anything is
             written).
         FileExistsError: ``path`` exists, is not empty and ``overwrite`` is
             False; nothing is changed.
-        ImportError: ``tensorflow`` or ``tensorflow-text`` is not installed.
+        ImportError: ``tensorflow`` or ``tensorflow-text`` is not installed
+            (the message names the extra ``saved-model``).
         RuntimeError: the export subprocess (JAX, PyTorch) failed otherwise.
     """
     from keras_transformer.search.options import (
@@ -158,7 +170,7 @@ def export_saved_model(
     import keras
 
     in_process = keras.backend.backend() == "tensorflow"
-    _require_tensorflow_text(load=in_process)
+    require_tensorflow_text(load=in_process)
     parent = os.path.dirname(path)
     os.makedirs(parent, exist_ok=True)
     temp = _sibling(path)
@@ -178,6 +190,10 @@ def export_saved_model(
 
 
 def check_translator(translator):
+    """``TypeError`` or ``ValueError`` unless ``translator`` can be written
+    as a SavedModel: a ``Translator`` with a vocabulary, finite position
+    limits, and a tokenizer that tensorflow-text's SentencePiece op can
+    restate."""
     from keras_transformer.translate.keras_translator import Translator
 
     if not isinstance(translator, Translator):
@@ -186,8 +202,10 @@ def check_translator(translator):
             f"Received: {type(translator).__name__}"
         )
     translator.check_tokenizer()
-    if not isinstance(translator.transformer.max_length, int):
-        raise ValueError("the transformer must have an int max_length to export")
+    sentencepiece_model(translator.tokenizer)
+    for limit in (translator.source_max_length, translator.target_max_length):
+        if not isinstance(limit, int):
+            raise ValueError("the transformer must have an int max_length to export")
 
 
 def _check_target(path, overwrite):
@@ -199,29 +217,6 @@ def _check_target(path, overwrite):
         f"{path} exists and is not empty; choose another path or pass "
         "overwrite=True to replace it."
     )
-
-
-def _require_tensorflow_text(load=True):
-    """``ImportError`` naming the package unless TensorFlow and
-    tensorflow-text are installed: imported (``load``), or only found (the
-    export subprocess imports them)."""
-    messages = {
-        "tensorflow": "Exporting a SavedModel needs TensorFlow: pip install "
-        "tensorflow tensorflow-text",
-        "tensorflow_text": "Exporting a SavedModel needs the tensorflow-text "
-        "package (its SentencePiece ops tokenize inside the graph): pip "
-        "install tensorflow-text (the version that matches TensorFlow's)",
-    }
-    for module, message in messages.items():
-        if load:
-            try:
-                importlib.import_module(module)
-            except ImportError as error:
-                raise ImportError(message) from error
-        elif sys.modules.get(module, False) is None or not importlib.util.find_spec(
-            module
-        ):
-            raise ImportError(message)
 
 
 # -- files: a temporary sibling, renamed into place -------------------------------

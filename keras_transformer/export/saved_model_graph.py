@@ -1,18 +1,72 @@
 """The graph of ``saved_model``'s export: a ``tf.Module`` with the
 tokenizer, the float32 weights and the searches, and its ``translate``
-signature (TensorFlow backend only; see ``saved_model`` for what it does)."""
+signature (TensorFlow backend only; see ``saved_model`` for what it does).
 
+Everything the graph knows of the text comes from the translator and its
+tokenizer's contract (``keras_transformer.data.contract``): the
+SentencePiece model from ``export_files()``, the special ids from
+``special_ids()``, the cut and the output limit from the translator's
+``source_max_length``, ``target_max_length``, ``max_output_length`` and
+``extra_output_length``. Three of the translator's rules are restated as
+TensorFlow ops (``encode_sources``: the cut and the output limit;
+``detokenize``: ``decode``'s cut at the end id); the tests compare each
+with the rule it restates on the same inputs.
+"""
+
+import importlib
+import importlib.util
 import json
 import os
+import sys
 import tempfile
 
+from keras_transformer.data.sentencepiece import MODEL_FILE
 from keras_transformer.search import shapes
-from keras_transformer.search.options import EXTRA_OUTPUT_LENGTH
 
 SIGNATURE = "translate"
 INPUT = "texts"
 OUTPUT = "translations"
 METADATA_FILE = "translation.json"
+# What an export that cannot import TensorFlow or tensorflow-text says.
+MISSING_TENSORFLOW = (
+    "Exporting a SavedModel needs TensorFlow and tensorflow-text, whose "
+    "SentencePiece ops tokenize inside the graph ({module} could not be "
+    'imported): pip install "keras-transformer-aiayn[saved-model]"'
+)
+
+
+def require_tensorflow_text(load=True):
+    """``ImportError`` naming the extra unless TensorFlow and
+    tensorflow-text are installed: imported (``load``), or only found (the
+    export subprocess imports them)."""
+    for module in ("tensorflow", "tensorflow_text"):
+        message = MISSING_TENSORFLOW.format(module=module)
+        if load:
+            try:
+                importlib.import_module(module)
+            except ImportError as error:
+                raise ImportError(message) from error
+        elif sys.modules.get(module, False) is None or not importlib.util.find_spec(
+            module
+        ):
+            raise ImportError(message)
+
+
+def sentencepiece_model(tokenizer):
+    """The SentencePiece model's bytes that ``tokenizer`` (a
+    ``TextTokenizer``) is, or ``ValueError`` where its ids are not one
+    SentencePiece model's piece ids: tensorflow-text's op gives a model's
+    own ids, which must be the transformer's."""
+    kind = getattr(tokenizer, "kind", None)
+    files = tokenizer.export_files() if kind == "sentencepiece" else {}
+    if MODEL_FILE not in files:
+        raise ValueError(
+            "the SavedModel export tokenizes in TensorFlow with one "
+            "SentencePiece model whose piece ids are the model's ids; this "
+            f"translator's tokenizer ({kind}: {type(tokenizer).__name__}) is "
+            "not one: export it with --format ctranslate2 or --format marian"
+        )
+    return files[MODEL_FILE]
 
 
 def _float32_transformer(transformer):
@@ -28,32 +82,70 @@ def _float32_transformer(transformer):
     return copy
 
 
-def _output_widths(max_length, max_output_length):
+def _output_widths(target_max_length, max_output_length, extra_output_length):
     """The output widths a chunk can need: every sentence's output limit is
-    ``max_output_length``, or at least ``EXTRA_OUTPUT_LENGTH`` (an empty
-    source), never more than ``max_length``; narrower buckets never serve."""
-    widths = shapes.widths(max_length)
+    ``max_output_length``, or at least ``extra_output_length`` (an empty
+    source), never more than ``target_max_length``; narrower buckets never
+    serve."""
+    widths = shapes.widths(target_max_length)
     if max_output_length is None:
-        least = min(EXTRA_OUTPUT_LENGTH, max_length)
+        least = min(extra_output_length, target_max_length)
         return [w for w in widths if w >= _bucket(widths, least)]
-    return [_bucket(widths, min(max_output_length, max_length))]
+    return [_bucket(widths, min(max_output_length, target_max_length))]
 
 
 def _bucket(widths, length):
     return next(w for w in widths if w >= length)
 
 
-def _metadata(translator, transformer, search, jit_compile):
-    import keras_transformer
-    from keras_transformer.data.tokenizer import special_ids
-
+def length_rules(translator, search):
+    """The translator's cut and output limit as the graph applies them:
+    ``source_max_length``, ``target_max_length``, and the search's
+    ``max_output_length`` (else the translator's) or, where it is None,
+    the translator's ``extra_output_length`` (§6.1's 50 by default)."""
     max_output_length = search.max_output_length
     if max_output_length is None:
         max_output_length = translator.max_output_length
-    max_length = int(transformer.max_length)
+    extra = None
+    if max_output_length is None:
+        extra = int(translator.extra_output_length)
+    return {
+        "source_max_length": int(translator.source_max_length),
+        "target_max_length": int(translator.target_max_length),
+        "max_output_length": max_output_length,
+        "extra_output_length": extra,
+    }
+
+
+def special_ids(tokenizer):
+    """The tokenizer's special ids (its ``special_ids()``), as the searches
+    take them."""
+    from keras_transformer.search import decoding
+
+    special = tokenizer.special_ids()
+    return decoding.check_special_ids(
+        start_id=special["start"], end_id=special["end"], pad_id=special["pad"]
+    )
+
+
+def tokenizer_op(tokenizer):
+    """tensorflow-text's SentencePiece tokenizer of ``tokenizer``'s model,
+    adding neither start nor end id (``encode`` adds the end id itself)."""
+    import tensorflow as tf
+    import tensorflow_text as tf_text
+
+    return tf_text.SentencepieceTokenizer(
+        model=sentencepiece_model(tokenizer), out_type=tf.int32
+    )
+
+
+def _metadata(translator, transformer, search, jit_compile):
+    import keras_transformer
+
     policy = translator.transformer.get_config().get("dtype")
     if isinstance(policy, dict):  # serialized
         policy = policy.get("config", {}).get("name")
+    rules = length_rules(translator, search)
     return {
         "format": "keras_transformer SavedModel translator",
         "keras_transformer_version": keras_transformer.__version__,
@@ -62,16 +154,17 @@ def _metadata(translator, transformer, search, jit_compile):
         "output": OUTPUT,
         "beam_size": search.beam_size,
         "length_penalty": search.length_penalty,
-        "max_output_length": max_output_length,
-        "extra_output_length": (
-            EXTRA_OUTPUT_LENGTH if max_output_length is None else None
-        ),
+        **rules,
         "batch_size": search.batch_size,
         "use_cache": search.use_cache,
         "jit_compile": jit_compile,
-        "source_widths": shapes.widths(max_length),
-        "output_widths": _output_widths(max_length, max_output_length),
-        "special_ids": special_ids(translator.tokenizer),
+        "source_widths": shapes.widths(rules["source_max_length"]),
+        "output_widths": _output_widths(
+            rules["target_max_length"],
+            rules["max_output_length"],
+            rules["extra_output_length"],
+        ),
+        "special_ids": translator.tokenizer.special_ids(),
         "compute_dtype": "float32",
         "source_dtype_policy": str(policy),
         "model_config": {
@@ -82,28 +175,21 @@ def _metadata(translator, transformer, search, jit_compile):
 
 def write_graph(translator, directory, search, jit_compile=True):
     """Build the module and save it to ``directory`` (TensorFlow backend)."""
+    require_tensorflow_text()
     import tensorflow as tf
-    import tensorflow_text as tf_text
-
-    from keras_transformer.data.tokenizer import special_ids
-    from keras_transformer.search import decoding
 
     transformer = _float32_transformer(translator.transformer)
-    ids = decoding.check_special_ids(**special_ids(translator.tokenizer))
+    ids = special_ids(translator.tokenizer)
     metadata = _metadata(translator, transformer, search, jit_compile)
 
     module = tf.Module()
-    module.tokenizer = tf_text.SentencepieceTokenizer(
-        model=translator.tokenizer.proto, out_type=tf.int32
-    )
+    module.tokenizer = tokenizer_op(translator.tokenizer)
     # The weights, as the plain tf.Variables the traced searches read.
     module.model_variables = [v.value for v in transformer.variables]
     searches = _searches(
         transformer, ids, metadata["output_widths"], search, jit_compile
     )
-    translate = _translate_function(
-        module.tokenizer, transformer, ids, searches, metadata, search
-    )
+    translate = _translate_function(module.tokenizer, ids, searches, metadata, search)
     module.metadata = _metadata_function(metadata)
     _save(module, translate, transformer, metadata, directory)
     return metadata
@@ -146,7 +232,7 @@ def _searches(transformer, ids, widths, search, jit_compile):
     return [search_function(width) for width in widths]
 
 
-def _best_tokens_function(searches, widths, search):
+def _best_tokens_function(searches, widths, search, ids):
     """``best_tokens(index, src, max_lengths, rows)``: the search of output
     bucket ``index`` picked in the graph (``tf.switch_case``)."""
     import tensorflow as tf
@@ -165,7 +251,11 @@ def _best_tokens_function(searches, widths, search):
                 if beam_size > 1:
                     tokens = tokens[:, 0]
                 tokens = tokens[:rows]
-                return tf.pad(tokens, [[0, 0], [0, widths[-1] - widths[i]]])
+                return tf.pad(
+                    tokens,
+                    [[0, 0], [0, widths[-1] - widths[i]]],
+                    constant_values=ids.pad,
+                )
 
             return run
 
@@ -174,62 +264,64 @@ def _best_tokens_function(searches, widths, search):
     return best_tokens
 
 
-def _encode_sources(tokenizer, texts, max_length, ids, fixed_limit):
-    """The sources as the translator makes them (ragged, END-terminated),
-    their lengths and their output limits, in the graph."""
+def encode_sources(tokenizer, texts, rules, ids):
+    """The sources as ``TranslatorBase.encode_sources`` makes them (ragged,
+    ending with the end id), their lengths and their output limits
+    (``TranslatorBase.output_limit``), in the graph; ``rules`` as
+    ``length_rules`` gives them."""
     import tensorflow as tf
 
     pieces = tokenizer.tokenize(texts)
-    # Translator.encode_sources: at most max_length - 1 tokens, then END.
-    pieces = pieces[:, : max_length - 1]
+    # A source longer than source_max_length keeps its first
+    # source_max_length - 1 ids and the end id.
+    pieces = pieces[:, : rules["source_max_length"] - 1]
     n = pieces.nrows(out_type=tf.int32)
     lengths = pieces.row_lengths() + 1
     lengths = tf.cast(lengths, tf.int32)
     ends = tf.RaggedTensor.from_tensor(tf.fill([n, 1], ids.end))
     sources = tf.concat([tf.cast(pieces, tf.int32), ends], axis=1)
-    if fixed_limit is None:
-        limits = lengths - 1 + EXTRA_OUTPUT_LENGTH
+    if rules["max_output_length"] is None:
+        # §6.1: input length (end id excluded) + 50 by default.
+        limits = lengths - 1 + rules["extra_output_length"]
     else:
-        limits = tf.fill([n], fixed_limit)
-    limits = tf.minimum(limits, max_length)
+        limits = tf.fill([n], rules["max_output_length"])
+    limits = tf.minimum(limits, rules["target_max_length"])
+    # An empty source has nothing to translate (TranslatorBase.output_limit).
+    limits = tf.where(lengths == 1, 0, limits)
     return n, lengths, sources, limits
 
 
-def _detokenize(tokenizer, tokens, ids, n):
-    """The ``[n]`` sentences of the best hypotheses' ``tokens``."""
+def detokenize(tokenizer, tokens, ids, n):
+    """The ``[n]`` sentences of the best hypotheses' ``tokens``, by
+    ``TextTokenizer.decode``'s rule: each row cut at its first end id,
+    padding and start ids dropped."""
     import tensorflow as tf
 
-    # tokenizer.decode: cut at the first END (and at the first PAD, where
-    # the translator cuts a hypothesis), drop PAD and START.
-    stops = tf.logical_or(tf.equal(tokens, ids.end), tf.equal(tokens, ids.pad))
-    before = tf.equal(tf.cumsum(tf.cast(stops, tf.int32), axis=1), 0)
-    keep = tf.logical_and(before, tf.not_equal(tokens, ids.start))
-    kept = tf.ragged.boolean_mask(tokens, keep)
+    ends = tf.cast(tf.equal(tokens, ids.end), tf.int32)
+    before = tf.equal(tf.cumsum(ends, axis=1), 0)
+    special = tf.logical_or(tf.equal(tokens, ids.pad), tf.equal(tokens, ids.start))
+    kept = tf.ragged.boolean_mask(tokens, tf.logical_and(before, ~special))
     translations = tokenizer.detokenize(kept)
     return tf.reshape(translations, [n])
 
 
-def _translate_function(tokenizer, transformer, ids, searches, metadata, search):
+def _translate_function(tokenizer, ids, searches, metadata, search):
     """The ``translate`` signature: sources sorted by length, searched in
     padded chunks of ``batch_size``, translations back in input order."""
     import tensorflow as tf
 
-    max_length = int(transformer.max_length)
     source_widths = tf.constant(metadata["source_widths"], tf.int32)
     widths = metadata["output_widths"]
     output_widths = tf.constant(widths, tf.int32)
-    fixed_limit = metadata["max_output_length"]
     batch_size = search.batch_size
     powers = [1]
     while powers[-1] < batch_size:
         powers.append(powers[-1] * 2)
     powers_t = tf.constant(powers, tf.int32)
-    best_tokens = _best_tokens_function(searches, widths, search)
+    best_tokens = _best_tokens_function(searches, widths, search, ids)
 
     def translate(texts):
-        n, lengths, sources, limits = _encode_sources(
-            tokenizer, texts, max_length, ids, fixed_limit
-        )
+        n, lengths, sources, limits = encode_sources(tokenizer, texts, metadata, ids)
         order = tf.argsort(lengths, stable=True)
 
         def body(start, results):
@@ -260,10 +352,10 @@ def _translate_function(tokenizer, transformer, ids, searches, metadata, search)
         _, tokens = tf.while_loop(
             lambda start, _: start < n,
             body,
-            (tf.constant(0, tf.int32), tf.zeros([n, widths[-1]], tf.int32)),
+            (tf.constant(0, tf.int32), tf.fill([n, widths[-1]], ids.pad)),
             parallel_iterations=1,
         )
-        return {OUTPUT: _detokenize(tokenizer, tokens, ids, n)}
+        return {OUTPUT: detokenize(tokenizer, tokens, ids, n)}
 
     # Only as signatures: kept as an attribute of the module as well, the
     # function would be traced (and saved) a second time.
