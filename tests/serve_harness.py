@@ -3,11 +3,17 @@
     python -m tests.serve_harness --model M --port 0 [kt-serve's options]
 
 The real command (``keras_transformer.cli.serve.main``) around the real
-translator, whose ``translate`` obeys two kinds of text: ``"sleep:S"`` sleeps
-S seconds (a slow batch, so that a queue fills or a SIGTERM finds requests in
-flight) and is translated as ``""``; ``"crash"`` raises ``RuntimeError`` (a
-search that fails for one batch), and so does its attention map (an error
-outside the search). Any other text is translated as usual.
+translator, which obeys two kinds of text: ``"sleep:S"`` sleeps S seconds
+when it is searched (a slow batch, so that a queue fills or a SIGTERM finds
+requests in flight) and is translated as ``""``; ``"crash"`` raises
+``RuntimeError`` in a search for the best translations (a search that fails
+for one batch; the n best of ``/explain`` are searched as usual), and so
+does its attention map (an error outside the search). Any other text is
+translated as usual.
+
+The server encodes a request's texts when it admits them and searches their
+ids: the tokenizer tags the ids of those texts (``Fault``), and the search
+obeys the tags of the sources it is given.
 """
 
 import sys
@@ -17,21 +23,49 @@ from keras_transformer.cli import serve as kt_serve
 from keras_transformer.translate.evaluation import load_translator
 
 
+class Fault(list):
+    """A source's ids that sleep ``sleep`` seconds, or raise (``crash``),
+    when they are searched."""
+
+    def __init__(self, ids, sleep=0.0, crash=False):
+        super().__init__(ids)
+        self.sleep = sleep
+        self.crash = crash
+
+
+class FaultyTokenizer:
+    def __init__(self, tokenizer):
+        self._tokenizer = tokenizer
+
+    def __getattr__(self, name):
+        return getattr(self._tokenizer, name)
+
+    def encode(self, texts, add_end=True):
+        plain = ["" if text.startswith("sleep:") else text for text in texts]
+        rows = self._tokenizer.encode(plain, add_end)
+        for i, text in enumerate(texts):
+            if text.startswith("sleep:"):
+                rows[i] = Fault(rows[i], sleep=float(text[len("sleep:") :]))
+            elif text == "crash":
+                rows[i] = Fault(rows[i], crash=True)
+        return rows
+
+
 class FaultyTranslator:
     def __init__(self, translator):
         self._translator = translator
+        self.tokenizer = FaultyTokenizer(translator.tokenizer)
 
     def __getattr__(self, name):
         return getattr(self._translator, name)
 
-    def translate(self, texts, search=None, **options):
-        if "crash" in texts:
+    def search_ids_sorted(self, sources, search, top_n=None):
+        if top_n == 1 and any(getattr(ids, "crash", False) for ids in sources):
             raise RuntimeError("the search crashed (injected)")
-        for text in texts:
-            if text.startswith("sleep:"):
-                time.sleep(float(text[len("sleep:") :]))
-        texts = ["" if text.startswith("sleep:") else text for text in texts]
-        return self._translator.translate(texts, search, **options)
+        for ids in sources:
+            time.sleep(getattr(ids, "sleep", 0.0))
+        plain = [list(ids) for ids in sources]
+        return self._translator.search_ids_sorted(plain, search, top_n)
 
     def attention_maps(self, source, target=None):
         if source == "crash":

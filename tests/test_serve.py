@@ -11,9 +11,12 @@ sentence is never searched); a search that crashes answers its batch 500
 and the server goes on; SIGTERM with requests in flight answers them all,
 stops accepting and exits 0. The server is ``tests/serve_harness.py``: the
 real command around a translator that also sleeps or raises on given texts.
+One server runs in this process instead, to watch its translator: each text
+of a request is tokenized once and each batch sorted once.
 """
 
 import concurrent.futures
+import contextlib
 import http.client
 import json
 import os
@@ -509,3 +512,103 @@ def test_a_port_in_use_a_missing_and_a_damaged_model_exit_2_with_one_line(tmp_pa
         errors = [line for line in err.splitlines() if "kt-serve: error" in line]
         assert status == 2 and out == "", (status, out, err)
         assert len(errors) == 1 and words in errors[0], err
+
+
+@contextlib.contextmanager
+def watched(target, name, wrap):
+    """``target.name`` is ``wrap(target.name)`` within the block (an instance
+    attribute set past Keras' tracking, deleted after)."""
+    object.__setattr__(target, name, wrap(getattr(target, name)))
+    try:
+        yield
+    finally:
+        object.__delattr__(target, name)
+
+
+def test_a_request_is_encoded_once_and_its_batch_sorted_once(translator):
+    """The server around the module's translator in this process, so that
+    its tokenizer and its search can be watched, over HTTP on 127.0.0.1:
+    each text is tokenized once (where it is admitted), the engine searches
+    the batch of two requests sorted by length, and nothing sorts it again
+    (``TranslatorBase._decode``, the translator's sort, is never called)."""
+    import uvicorn
+
+    from keras_transformer.serving.app import Service, Settings
+    from keras_transformer.serving.server import listen
+
+    expected = translator.translate(SENTENCES)
+    best = translator.n_best(SENTENCES[:2], n=2)
+    settings = Settings(beam_sizes=(4,), max_wait_ms=500, languages=("en", "de"))
+    service = Service(lambda: translator, "translator", "0", settings)
+    sock = listen("127.0.0.1", 0)
+    port = sock.getsockname()[1]
+    config = uvicorn.Config(service.app(), lifespan="on", log_level="warning")
+    running = uvicorn.Server(config)
+    thread = threading.Thread(target=running.run, kwargs={"sockets": [sock]})
+    thread.start()
+
+    def post(body):
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+        try:
+            connection.request("POST", "/translate", body=json.dumps(body))
+            response = connection.getresponse()
+            return response.status, json.loads(response.read())
+        finally:
+            connection.close()
+
+    libre = {"q": SENTENCES[:2], "source": "en", "target": "de", "alternatives": 1}
+    tokenized, searched, sorted_again = [], [], []
+
+    def counting(tokenize):
+        def tokenize_counted(texts):
+            tokenized.extend(texts)
+            return tokenize(texts)
+
+        return tokenize_counted
+
+    def recording(search_sorted):
+        def search_recorded(sources, limits, *args):
+            searched.append([len(row) for row in sources])
+            return search_sorted(sources, limits, *args)
+
+        return search_recorded
+
+    def refusing(decode):
+        def decode_refused(*args, **kwargs):
+            sorted_again.append(args)
+            return decode(*args, **kwargs)
+
+        return decode_refused
+
+    try:
+        deadline = time.monotonic() + 300
+        while service.state == "loading" and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert service.state == "ready", service.error
+        with (
+            watched(translator.tokenizer, "tokenize", counting),
+            watched(translator, "_search_sorted", recording),
+            watched(translator, "_decode", refusing),
+        ):
+            answers = concurrently(
+                [
+                    lambda: post({"texts": SENTENCES[:5]}),
+                    lambda: post({"texts": SENTENCES[5:]}),
+                    lambda: post(libre),
+                ]
+            )
+    finally:
+        running.should_exit = True
+        thread.join(60)
+        sock.close()
+    assert [status for status, _ in answers] == [200] * 3, answers
+    assert answers[0][1]["translations"] + answers[1][1]["translations"] == expected
+    assert answers[2][1] == {
+        "translatedText": [row[0][0] for row in best],
+        "alternatives": [[row[1][0]] for row in best],
+    }
+    assert sorted(tokenized) == sorted(SENTENCES + SENTENCES[:2])
+    # The two /translate requests share a batch; the n-best one has its own.
+    assert sorted(map(len, searched)) == [2, len(SENTENCES)], searched
+    assert all(lengths == sorted(lengths) for lengths in searched), searched
+    assert sorted_again == []

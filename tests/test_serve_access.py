@@ -23,6 +23,7 @@ import urllib.error
 import numpy as np
 import pytest
 
+from keras_transformer.translate.base import TranslatorBase
 from keras_transformer.translate.evaluation import load_translator
 from tests import browser
 from tests.test_serve import FIXTURE, ROOT, SENTENCES, Server, libretranslate
@@ -256,34 +257,65 @@ def test_the_rate_limiter_is_a_token_bucket_per_caller():
             RateLimiter(bad)
 
 
+class LengthTokenizer:
+    """Each text's "ids": its length and the end id; the target languages
+    Spanish and French."""
+
+    target_languages = ("es", "fr")
+
+    def encode(self, texts):
+        return [[len(text), 2] for text in texts]
+
+
+class SeveralTargets(TranslatorBase):
+    tokenizer = LengthTokenizer()
+
+
 def test_a_model_into_several_languages_serves_each_of_its_targets():
+    from keras_transformer.serving.app import Service
     from keras_transformer.serving.libretranslate import (
         languages_answer,
         parse_libretranslate,
     )
     from keras_transformer.serving.requests import Limits, RequestError
 
+    def encode(texts, target_language):
+        # The target-language token's id, a piece's, the end id.
+        return [[target_language, 4, 2] for _ in texts]
+
     limits = Limits(max_texts=4, max_tokens=20)
     request = parse_libretranslate(
         {"q": ["eins", "zwei"], "source": "de", "target": "fr"},
-        limits, lambda texts: [2] * len(texts), ("de", "mul"), ("es", "fr"),
+        limits, encode, ("de", "mul"), ("es", "fr"),
     )  # fmt: skip
     assert (request.texts, request.target_language, request.n) == (
         ["eins", "zwei"], "fr", None,
     )  # fmt: skip
+    assert request.sources == [["fr", 4, 2]] * 2
     assert request.answer(["un", "deux"]) == {"translatedText": ["un", "deux"]}
     with pytest.raises(RequestError, match="de → es, de → fr"):
         parse_libretranslate(
             {"q": "eins", "source": "de", "target": "mul"},
-            limits, lambda texts: [2], ("de", "mul"), ("es", "fr"),
+            limits, encode, ("de", "mul"), ("es", "fr"),
         )  # fmt: skip
     with pytest.raises(RequestError, match="parses at most 100000") as refused:
         parse_libretranslate(
             {"q": ["<p>eins</p>" * 6000] * 2, "source": "de", "target": "es",
              "format": "html"},
-            limits, lambda texts: [2] * len(texts), ("de", "mul"), ("es", "fr"),
+            limits, encode, ("de", "mul"), ("es", "fr"),
         )  # fmt: skip
     assert refused.value.status == 413
+    # The server's encoder leads each text with its target-language token,
+    # and refuses, as the client's error, a request that names none.
+    service = Service(lambda: None, "m", "0")
+    service.translator = SeveralTargets()
+    try:
+        assert service._encode(["eins"], "fr") == [[len(">>fr<< eins"), 2]]
+        with pytest.raises(RequestError, match="give target_language") as refused:
+            service._encode(["eins"])
+    finally:
+        service.executor.shutdown()
+    assert refused.value.status == 400
     assert languages_answer(("de", "mul"), ("es", "fr")) == [
         {"code": "de", "name": "German", "targets": ["es", "fr"]},
         {"code": "es", "name": "Spanish", "targets": []},

@@ -15,11 +15,11 @@ import gc
 import os
 import warnings
 
-import keras
 import pytest
 
 from keras_transformer.data.numbers import english
-from keras_transformer.data.tokenizer import SentencePiece
+from keras_transformer.data.sentencepiece import SentencePiece
+from keras_transformer.saving import load_model
 from keras_transformer.search.options import SearchOptions
 from keras_transformer.translate.base import TranslatorBase
 
@@ -37,7 +37,7 @@ def keras_engine():
     with warnings.catch_warnings():
         # keras-hub 0.32 leaves the vocabulary asset open (test_compat.py).
         warnings.simplefilter("ignore", ResourceWarning)
-        translator = keras.saving.load_model(FIXTURE)
+        translator = load_model(FIXTURE)
         gc.collect()
     return translator
 

@@ -233,36 +233,43 @@ class Service:
             translator.warm_up(SearchOptions.of(search, beam_size=beam_size))
         self.translator = translator
 
-    def _count_tokens(self, texts):
-        # Counted with sentencepiece, not the engine's tokenizer (keras-hub's
-        # runs TensorFlow ops): the request is parsed on the event loop.
-        return self.translator.source_lengths(texts)
+    def _encode(self, texts, target_language=None):
+        """Each text's ids, as they are admitted and then searched: a request
+        is encoded here, on the event loop, once (the tokenizer runs in
+        Python, with no framework op), and only these ids reach the search
+        thread. Not cut: a text over the model's length is refused."""
+        translator = self.translator
+        try:
+            texts = translator.with_target_language(texts, target_language)
+        except ValueError as error:
+            # A model into several languages, asked for none.
+            raise RequestError(400, str(error)[:300]) from None
+        return translator.tokenizer.encode(texts)
 
-    def _translate(self, texts, options, wanted):
-        """The batcher's search call: the texts sorted by length and searched
-        a group at a time (as the translator would), so that the groups of a
-        client that has gone meanwhile are skipped, not searched."""
-        search, n, target_language = options
-        lengths = self.translator.source_lengths(texts)
-        order = sorted(range(len(texts)), key=lengths.__getitem__)
-        results = [None] * len(texts)
+    def _translate(self, sources, options, wanted):
+        """The batcher's search call: the sources sorted by length (the one
+        sort they get) and searched a group at a time, as the translator
+        would, so that the groups of a client that has gone meanwhile are
+        skipped, not searched."""
+        search, n = options
+        translator = self.translator
+        order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
+        results = [None] * len(sources)
         for start in range(0, len(order), search.batch_size):
             chunk, still = order[start : start + search.batch_size], wanted()
             group = [i for i in chunk if still[i]]
             self.metrics.dropped.inc(len(chunk) - len(group))
             if not group:
                 continue
-            group_texts = [texts[i] for i in group]
+            found = translator.search_ids_sorted(
+                [sources[i] for i in group], search, top_n=1 if n is None else n
+            )
             if n is None:
-                found = self.translator.translate(
-                    group_texts, search, target_language=target_language
-                )
+                answers = translator.detokenize([row[0][0] for row in found])
             else:
-                found = self.translator.n_best(
-                    group_texts, n, search, target_language=target_language
-                )
-            for i, result in zip(group, found, strict=True):
-                results[i] = result
+                answers = _n_best(translator, found, n)
+            for i, answer in zip(group, answers, strict=True):
+                results[i] = answer
         return results
 
     # -- endpoints --------------------------------------------------------------
@@ -351,14 +358,14 @@ class Service:
             return parse_libretranslate(
                 fields,
                 self.limits,
-                self._count_tokens,
+                self._encode,
                 self.languages,
                 self.translator.target_languages,
             )
-        return parse_translate(fields, self.limits, self._count_tokens)
+        return parse_translate(fields, self.limits, self._encode)
 
     def _parse_explain(self, fields):
-        return parse_explain(fields, self.limits, self._count_tokens)
+        return parse_explain(fields, self.limits, self._encode)
 
     async def _explanation(self, parsed, results):
         loop = asyncio.get_running_loop()
@@ -429,8 +436,10 @@ class Service:
     async def _search(self, request, parsed, finish):
         if not parsed.texts:
             return JSONResponse(parsed.answer([]))  # markup without text
-        options = (parsed.search, parsed.n, parsed.target_language)
-        job = asyncio.ensure_future(self.batcher.submit(parsed.texts, options))
+        # The target language is in the sources' ids: requests into any of a
+        # model's languages share a batch.
+        options = (parsed.search, parsed.n)
+        job = asyncio.ensure_future(self.batcher.submit(parsed.sources, options))
         gone = asyncio.ensure_future(_disconnect(request.receive))
         await asyncio.wait({job, gone}, return_when=asyncio.FIRST_COMPLETED)
         gone.cancel()
@@ -473,6 +482,14 @@ class Service:
                 raise RequestError(413, f"the body is over {limit} bytes")
             chunks.append(chunk)
         return b"".join(chunks)
+
+
+def _n_best(translator, found, n):
+    """``[(text, score), ...]`` per source, the ``n`` best of ``found``
+    (``search_ids_sorted``'s), as ``n_best`` gives them."""
+    rows = [row[:n] for row in found]
+    texts = iter(translator.detokenize([ids for row in rows for ids, _ in row]))
+    return [[(next(texts), score) for _, score in row] for row in rows]
 
 
 def _languages(translator, asked):

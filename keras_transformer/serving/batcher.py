@@ -4,13 +4,13 @@ each other are translated by one search call, and each gets its own answer.
 A search call costs nearly the same for one sentence as for dozens (the
 steps are batched matrix products), so a server that translated each request
 on its own would spend most of its time on nearly empty batches. The
-``Batcher`` keeps a bounded queue of jobs (one per request); its loop takes
-the oldest job, waits up to ``max_wait`` seconds for more (unless the
-translator is busy, in which case the queue fills while it works), and gives
-the translator the jobs with the same search options, up to
-``max_batch_size`` sentences. The translator sorts them by length and
-batches them as it always does. One thread runs every search: one model in
-memory, used by one caller at a time.
+``Batcher`` keeps a bounded queue of jobs (one per request, its sentences
+already encoded); its loop takes the oldest job, waits up to ``max_wait``
+seconds for more (unless the translator is busy, in which case the queue
+fills while it works), and gives the search call the jobs with the same
+search options, up to ``max_batch_size`` sentences. The batcher only counts
+sentences: the search call sorts the batch by length, once. One thread runs
+every search: one model in memory, used by one caller at a time.
 
 A server told to stop at once (a second SIGINT, a shutdown deadline passed)
 calls ``abort``: what the batcher holds is answered with an error rather than
@@ -45,7 +45,7 @@ class SearchFailed(Exception):
 
 @dataclasses.dataclass(eq=False)
 class _Job:
-    texts: list
+    sources: list
     options: object  # the search's settings: jobs batched together share them
     future: asyncio.Future
     arrived: float
@@ -55,12 +55,13 @@ class Batcher:
     """Translates the jobs of ``submit`` in batches, with ``translate``.
 
     Args:
-        translate: ``translate(texts, options, wanted)`` → a list, one
-            result per text; run in ``executor``, so it may block.
-            ``options`` is what a job was submitted with; ``wanted()`` says,
-            text by text, which are still waited for (a client that has
-            gone waits for nothing): a long call may skip the rest of a job
-            whose client left, returning anything in its place.
+        translate: ``translate(sources, options, wanted)`` → a list, one
+            result per source (the jobs' sources, in the order they were
+            submitted); run in ``executor``, so it may block. ``options`` is
+            what a job was submitted with; ``wanted()`` says, source by
+            source, which are still waited for (a client that has gone waits
+            for nothing): a long call may skip the rest of a job whose
+            client left, returning anything in its place.
         executor: where searches run (a one-thread executor: one search at
             a time).
         max_batch_size: the most sentences given to one ``translate`` call
@@ -98,12 +99,14 @@ class Batcher:
     def start(self):
         self._task = asyncio.get_running_loop().create_task(self._run())
 
-    async def submit(self, texts, options):
-        """The translations of ``texts``, once their batch is searched with
-        ``options`` (hashable: jobs with equal options share a batch).
+    async def submit(self, sources, options):
+        """The translations of ``sources`` (one per sentence, whatever the
+        search call reads: the batcher only counts them), once their batch
+        is searched with ``options`` (hashable: jobs with equal options
+        share a batch).
 
         Raises:
-            QueueFull: the queue has no room for ``texts``.
+            QueueFull: the queue has no room for ``sources``.
             SearchFailed: the batch's search raised.
             Exception: ``abort``'s error, once it is called (or while the
                 job waits).
@@ -112,19 +115,19 @@ class Batcher:
         """
         if self._aborted is not None:
             raise self._aborted
-        if self._queued + len(texts) > self.max_queue:
+        if self._queued + len(sources) > self.max_queue:
             raise QueueFull(
                 f"the queue holds {self._queued} sentences; at most "
                 f"{self.max_queue} may wait"
             )
         job = _Job(
-            texts,
+            sources,
             options,
             asyncio.get_running_loop().create_future(),
             time.monotonic(),
         )
         self._jobs.append(job)
-        self._queued += len(texts)
+        self._queued += len(sources)
         self._idle.clear()
         self._arrival.set()
         return await job.future
@@ -178,14 +181,14 @@ class Batcher:
                 await self._search(batch)
 
     async def _search(self, batch):
-        texts = [text for job in batch for text in job.texts]
+        sources = [source for job in batch for source in job.sources]
         start = time.monotonic()
         self._running = batch
         try:
             outputs = await asyncio.get_running_loop().run_in_executor(
                 self._executor,
                 self._translate,
-                texts,
+                sources,
                 batch[0].options,
                 functools.partial(_wanted, batch),
             )
@@ -197,7 +200,7 @@ class Batcher:
             # Also when abort cancels the wait (it has failed these jobs).
             self._running = ()
         if self._on_batch is not None:
-            self._on_batch(len(texts), time.monotonic() - start)
+            self._on_batch(len(sources), time.monotonic() - start)
         if failure is not None:
             for job in batch:
                 if not job.future.done():
@@ -207,7 +210,7 @@ class Batcher:
 
     def _drop_cancelled(self):
         while self._jobs and self._jobs[0].future.done():
-            self._queued -= len(self._jobs.popleft().texts)
+            self._queued -= len(self._jobs.popleft().sources)
 
     async def _gather(self, first):
         """Waits until ``first`` has waited ``max_wait`` or a full batch of
@@ -225,7 +228,7 @@ class Batcher:
 
     def _sentences_like(self, first):
         return sum(
-            len(job.texts)
+            len(job.sources)
             for job in self._jobs
             if job.options == first.options and not job.future.done()
         )
@@ -240,13 +243,13 @@ class Batcher:
         batch, kept, sentences = [], collections.deque(), 0
         for job in self._jobs:
             if job.future.done():
-                self._queued -= len(job.texts)
+                self._queued -= len(job.sources)
             elif job.options == options and (
-                not batch or sentences + len(job.texts) <= self.max_batch_size
+                not batch or sentences + len(job.sources) <= self.max_batch_size
             ):
                 batch.append(job)
-                sentences += len(job.texts)
-                self._queued -= len(job.texts)
+                sentences += len(job.sources)
+                self._queued -= len(job.sources)
             else:
                 kept.append(job)
         self._jobs = kept
@@ -256,14 +259,14 @@ class Batcher:
     def _answer(batch, outputs):
         start = 0
         for job in batch:
-            end = start + len(job.texts)
+            end = start + len(job.sources)
             if not job.future.done():  # its client may have gone meanwhile
                 job.future.set_result(list(outputs[start:end]))
             start = end
 
 
 def _wanted(batch):
-    """One bool per text of ``batch``: whether its job still waits for it
+    """One bool per source of ``batch``: whether its job still waits for it
     (its client has not gone). Read from the search thread: a future's
     ``done()`` only reads its state."""
-    return [not job.future.done() for job in batch for _ in job.texts]
+    return [not job.future.done() for job in batch for _ in job.sources]

@@ -66,13 +66,14 @@ def is_libretranslate(fields):
     return "q" in fields
 
 
-def parse_libretranslate(fields, limits, count_tokens, languages, target_languages):
+def parse_libretranslate(fields, limits, encode, languages, target_languages):
     """The ``TranslateRequest`` of a LibreTranslate request.
 
     Args:
         fields: the request's fields (``requests.read_fields``).
         limits: ``requests.Limits``.
-        count_tokens: ``count_tokens(texts)`` → each text's token count.
+        encode: ``encode(texts, target_language)`` → each text's ids, as
+            for ``requests.parse_translate``.
         languages, target_languages: as for ``languages_answer``.
     """
     unknown = sorted(set(fields) - set(FIELDS))
@@ -94,10 +95,11 @@ def parse_libretranslate(fields, limits, count_tokens, languages, target_languag
     search = search_of({}, limits)
     alternatives = _alternatives(fields, search.beam_size)
     # Markup without text has nothing to search.
-    counts = check_texts(texts, "q", limits, count_tokens) if texts else []
-    check_cost(counts, search, limits)
+    sources = check_texts(texts, "q", limits, encode, target_language) if texts else []
+    check_cost(sources, search, limits)
     return TranslateRequest(
         texts,
+        sources,
         search,
         n=alternatives + 1 if alternatives else None,
         target_language=target_language,

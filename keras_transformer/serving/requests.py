@@ -68,11 +68,14 @@ class Limits:
 class TranslateRequest:
     """A request checked: what to search and how to answer.
 
-    ``n`` is None for the best translation of each text, or how many of the
-    best to give (``n_best``). ``answer(results)`` makes the JSON body from
-    the search's results, one per text."""
+    ``sources`` are the texts' ids as they are searched (the encoding that
+    admitted them: a text is encoded once). ``n`` is None for the best
+    translation of each text, or how many of the best to give (``n_best``).
+    ``answer(results)`` makes the JSON body from the search's results, one
+    per text."""
 
     texts: list
+    sources: list
     search: SearchOptions
     n: int | None = None
     target_language: str | None = None
@@ -164,14 +167,16 @@ def _form(text, where):
     return dict(pairs)
 
 
-def parse_translate(fields, limits, count_tokens):
+def parse_translate(fields, limits, encode):
     """The ``TranslateRequest`` of this package's request shape.
 
     Args:
         fields: the request's fields (``read_fields``).
         limits: ``Limits``.
-        count_tokens: ``count_tokens(texts)`` → each text's token count,
-            its end token included.
+        encode: ``encode(texts, target_language=None)`` → each text's ids
+            as the model reads them (a target-language token, if any, and
+            the end id included), not cut: ``RequestError`` for texts the
+            model cannot be given.
     """
     unknown = sorted(set(fields) - set(OPTIONS))
     if unknown:
@@ -187,17 +192,17 @@ def parse_translate(fields, limits, count_tokens):
             400, f"texts must be a list of strings, not {json_type(texts)}"
         )
     search = search_of(fields, limits)
-    counts = check_texts(texts, "texts", limits, count_tokens)
-    check_cost(counts, search, limits)
+    sources = check_texts(texts, "texts", limits, encode)
+    check_cost(sources, search, limits)
     return TranslateRequest(
-        texts, search, answer=lambda results: {"translations": results}
+        texts, sources, search, answer=lambda results: {"translations": results}
     )
 
 
 EXPLAIN_OPTIONS = ("text", *SEARCH_FIELDS, KEY_FIELD)
 
 
-def parse_explain(fields, limits, count_tokens):
+def parse_explain(fields, limits, encode):
     """The ``TranslateRequest`` of ``POST /explain`` (the page's): one
     ``text``, searched for all ``beam_size`` best translations."""
     unknown = sorted(set(fields) - set(EXPLAIN_OPTIONS))
@@ -210,9 +215,9 @@ def parse_explain(fields, limits, count_tokens):
     if not isinstance(text, str):
         raise RequestError(400, f"text must be a string, not {json_type(text)}")
     search = search_of(fields, limits)
-    counts = check_texts([text], "text", limits, count_tokens)
-    check_cost(counts, search, limits)
-    return TranslateRequest([text], search, n=search.beam_size)
+    sources = check_texts([text], "text", limits, encode)
+    check_cost(sources, search, limits)
+    return TranslateRequest([text], sources, search, n=search.beam_size)
 
 
 def search_of(fields, limits):
@@ -231,10 +236,12 @@ def search_of(fields, limits):
     return search
 
 
-def check_texts(texts, name, limits, count_tokens):
-    """Each text's token count, once every text is checked: a non-empty
-    list of at most ``max_texts`` str, each valid Unicode and at most
-    ``max_tokens`` tokens long, at most ``max_chars`` in all."""
+def check_texts(texts, name, limits, encode, target_language=None):
+    """Each text's ids (``encode``'s), once every text is checked: a
+    non-empty list of at most ``max_texts`` str, each valid Unicode and at
+    most ``max_tokens`` tokens long, at most ``max_chars`` in all. The
+    cheap checks come first: nothing is encoded for a request they
+    refuse."""
     if not texts:
         raise RequestError(400, f"{name} is empty: give at least one text")
     if len(texts) > limits.max_texts:
@@ -262,19 +269,20 @@ def check_texts(texts, name, limits, count_tokens):
             f"the request has {chars} characters of text; this server takes "
             f"at most {limits.max_chars} (--char-limit)",
         )
-    counts = count_tokens(texts)
-    for i, count in enumerate(counts):
-        if count > limits.max_tokens:
+    sources = encode(texts, target_language)
+    for i, ids in enumerate(sources):
+        if len(ids) > limits.max_tokens:
             raise RequestError(
                 413,
-                f"{name}[{i}] is {count} tokens long (its end token included); "
-                f"the model takes at most {limits.max_tokens}",
+                f"{name}[{i}] is {len(ids)} tokens long (its end token "
+                f"included); the model takes at most {limits.max_tokens}",
             )
-    return counts
+    return sources
 
 
-def check_cost(counts, search, limits):
+def check_cost(sources, search, limits):
     """Refuses a request whose tokens × beam size exceed ``max_cost``."""
+    counts = [len(ids) for ids in sources]
     cost = sum(counts) * search.beam_size
     if cost > limits.max_cost:
         raise RequestError(

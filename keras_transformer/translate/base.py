@@ -31,14 +31,12 @@ This module imports neither Keras nor a backend: an engine that needs none
 
 import warnings
 
-from keras_transformer.data.tokenizer import SentencePiece, decode, encode
 from keras_transformer.progress import Progress
 from keras_transformer.search.options import (
     EXTRA_OUTPUT_LENGTH,
     SearchOptions,
     check_n_best,
 )
-from keras_transformer.special_tokens import END_ID, PAD_ID, START_ID, UNK_ID
 
 
 def check_texts(texts):
@@ -72,16 +70,15 @@ class TranslatorBase:
 
     What an engine supplies (attributes, set in its ``__init__``):
 
-    - ``tokenizer``: ``tokenize(texts) -> id lists``, ``detokenize(id lists)
-      -> texts``, ``vocabulary_size()`` and ``proto`` (the SentencePiece
-      model's bytes);
+    - ``tokenizer``: a ``TextTokenizer`` (``keras_transformer.data.contract``):
+      the special ids, ``encode``, ``decode``, ``count``, the pieces in
+      the model's id order, the target languages;
     - ``source_max_length``, ``target_max_length``: the model's position
       limits (int, or None for none);
     - ``max_output_length``: None (source length + ``extra_output_length``)
       or a fixed limit;
     - ``source_vocabulary_size``: the ids a source may hold (or None);
-    - the special ids ``pad_id``, ``start_id``, ``end_id``, ``unk_id`` if not
-      the package's reserved 0–3, and ``extra_output_length`` if not §6.1's 50;
+    - ``extra_output_length`` if not §6.1's 50;
     - ``default_search``: the ``SearchOptions`` a call without ``search``
       starts from, if not the paper's (a model imported from a checkpoint
       searches as its generation config says);
@@ -96,14 +93,16 @@ class TranslatorBase:
     with one translator at once (an engine that needs a lock takes its own).
     """
 
-    pad_id = PAD_ID
-    start_id = START_ID
-    end_id = END_ID
-    unk_id = UNK_ID
     extra_output_length = EXTRA_OUTPUT_LENGTH
     source_vocabulary_size = None
     default_search = None
     languages = None
+
+    # The special ids are the tokenizer's: one place for every engine.
+    pad_id = property(lambda self: self.tokenizer.pad_id)
+    start_id = property(lambda self: self.tokenizer.start_id)
+    end_id = property(lambda self: self.tokenizer.end_id)
+    unk_id = property(lambda self: self.tokenizer.unk_id)
 
     # -- what an engine supplies ----------------------------------------------------
 
@@ -261,7 +260,7 @@ class TranslatorBase:
     def target_languages(self):
         """The languages a model that translates into several can be asked
         for (Marian's ``>>fra<<`` tokens), sorted; ``()`` for one."""
-        return tuple(getattr(self.tokenizer, "target_languages", ()))
+        return tuple(self.tokenizer.target_languages)
 
     def with_target_language(self, texts, target_language):
         """``texts`` led by the target-language token of ``target_language``;
@@ -336,31 +335,21 @@ class TranslatorBase:
 
     def tokenize(self, texts):
         """Each text's piece ids and the end id (no truncation, no checks)."""
-        return encode(self.tokenizer, texts, end_id=self.end_id)
+        return self.tokenizer.encode(texts)
 
     def detokenize(self, rows):
         """Texts from rows of generated ids: each cut at its first end id,
         padding and start ids dropped."""
-        return decode(
-            self.tokenizer,
-            rows,
-            end_id=self.end_id,
-            pad_id=self.pad_id,
-            start_id=self.start_id,
-        )
+        if not hasattr(rows, "tolist") and hasattr(rows, "numpy"):
+            rows = rows.numpy()  # a backend tensor
+        return self.tokenizer.decode(rows)
 
     def source_lengths(self, texts):
         """Each text's length in tokens, end token included, before any cut:
         what a server compares with ``source_max_length`` to refuse a
-        request. Counted with the ``sentencepiece`` package from the
-        tokenizer's model, whatever the engine's tokenizer runs on (no
-        TensorFlow op on a server's event loop)."""
-        counter = getattr(self, "_piece_counter", None)
-        if counter is None:
-            counter = SentencePiece(self.tokenizer.proto)
-            # Not an attribute a Keras model would track or save.
-            object.__setattr__(self, "_piece_counter", counter)
-        return [len(ids) + 1 for ids in counter.tokenize(check_texts(texts))]
+        request (the tokenizer runs in Python on every engine: no
+        framework op on a server's event loop)."""
+        return self.tokenizer.count(check_texts(texts))
 
     # -- the shared search ----------------------------------------------------------
 
@@ -368,7 +357,12 @@ class TranslatorBase:
         """The most tokens generated for a source of ``source_length``
         pieces (end token excluded): ``max_output_length``, else the
         translator's fixed one, else ``source_length + extra_output_length``
-        (§6.1); never more than ``target_max_length``."""
+        (§6.1); never more than ``target_max_length``. An empty source has
+        nothing to translate: its limit is 0 and its translation empty, on
+        every engine (CTranslate2 answers an empty source so without running
+        the model, and the others keep its rule)."""
+        if source_length == 0:
+            return 0
         if max_output_length is None:
             max_output_length = self.max_output_length
         if max_output_length is None:
@@ -399,18 +393,41 @@ class TranslatorBase:
                 )
         return sources
 
-    def _decode(self, source_ids, search, top_n=None):
-        sources = self.check_source_ids(source_ids)
-        limits = [
+    def _limits(self, sources, search):
+        return [
             self.output_limit(
                 len(row) - (1 if row and row[-1] == self.end_id else 0),
                 search.max_output_length,
             )
             for row in sources
         ]
+
+    def _search_limited(self, sources, limits, search, top_n, report):
+        """``_search_sorted`` for the sources with something to translate;
+        the empty translation, scored 0, for those whose limit is 0."""
+        kept = [i for i, limit in enumerate(limits) if limit > 0]
+        empty = len(sources) - len(kept)
+        outputs = [[([], 0.0)] for _ in sources]
+        if not kept:
+            report(len(sources))
+            return outputs
+        found = self._search_sorted(
+            [sources[i] for i in kept],
+            [limits[i] for i in kept],
+            search,
+            top_n,
+            lambda done: report(done + empty),
+        )
+        for i, output in zip(kept, found, strict=True):
+            outputs[i] = output
+        return outputs
+
+    def _decode(self, source_ids, search, top_n=None):
+        sources = self.check_source_ids(source_ids)
+        limits = self._limits(sources, search)
         order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
         progress = Progress(len(sources)) if search.verbose else None
-        outputs = self._search_sorted(
+        outputs = self._search_limited(
             [sources[i] for i in order],
             [limits[i] for i in order],
             search,
@@ -421,6 +438,28 @@ class TranslatorBase:
         for i, output in zip(order, outputs, strict=True):
             results[i] = output
         return results
+
+    # -- sources sorted and checked by the caller (kt-serve) -----------------------
+
+    def search_ids_sorted(self, sources, search, top_n=None):
+        """Search encoded sources that the caller has sorted by length
+        (shortest first) and checked as ``check_source_ids`` does: they are
+        neither sorted nor checked again (a server sorts each batch once,
+        and its requests' ids were checked when they were admitted).
+
+        Args:
+            sources: list of lists of int, each ending with the end id.
+            search: a ``SearchOptions`` (``batch_size`` None: the engine's
+                default); ``verbose`` is not read.
+            top_n: how many of the best hypotheses must be exact (None: all
+                ``beam_size``; 1 for ``translate``'s, ``n`` for ``n_best``'s).
+
+        Returns:
+            one list per source, in the order of ``sources``, of hypotheses
+            ``(ids, score)``, best first, as ``decode_ids`` gives them.
+        """
+        limits = self._limits(sources, search)
+        return self._search_limited(sources, limits, search, top_n, _ignore)
 
 
 def _ignore(done):
