@@ -8,6 +8,7 @@ allocator as they were.
 
 import contextlib
 import importlib.util
+import json
 import os
 import sys
 import warnings
@@ -52,8 +53,8 @@ def prepare_process(verbose=False, keras=True):
 def start_engine(engine, verbose=False):
     """Import what ``engine`` translates with (``_arguments.model_engine``),
     before the model loads: a missing package raises
-    ``_extras.MissingPackage`` at once, and TensorFlow, which keras-hub's
-    tokenizer brings on every backend, starts with its lines hidden.
+    ``_extras.MissingPackage`` at once, and TensorFlow, where it is the
+    Keras backend, starts with its lines hidden.
     """
     if engine == "keras":
         start_tensorflow(verbose)
@@ -105,13 +106,33 @@ def start_tensorflow(verbose=False):
     Its start-up lines before absl's logging is set up (the CUDA stubs, the
     CPU instructions, "All log messages before absl::InitializeLog()") go to
     stderr whatever ``TF_CPP_MIN_LOG_LEVEL`` says; the commands call this
-    before their first use of the tokenizer, so that TensorFlow starts with
-    stderr pointed away. A failure still raises its Python exception.
-    Nothing happens without TensorFlow installed.
+    before Keras starts, so that TensorFlow starts with stderr pointed away.
+    A failure still raises its Python exception. Nothing happens without
+    TensorFlow installed, or where another backend runs Keras: no JAX or
+    PyTorch process imports TensorFlow.
     """
-    if verbose or importlib.util.find_spec("tensorflow") is None:
+    if verbose or keras_backend() != "tensorflow":
+        return
+    if importlib.util.find_spec("tensorflow") is None:
         return
     with _stderr_to_devnull():
         import tensorflow as tf
 
         tf.config.list_physical_devices()
+
+
+def keras_backend():
+    """The backend Keras will start, read as Keras reads it (without
+    importing Keras): ``KERAS_BACKEND``, else ``keras.json`` in
+    ``KERAS_HOME`` (default ``~/.keras``), else TensorFlow."""
+    backend = os.environ.get("KERAS_BACKEND")
+    if backend:
+        return backend
+    home = os.environ.get("KERAS_HOME") or os.path.join(
+        os.path.expanduser("~"), ".keras"
+    )
+    try:
+        with open(os.path.join(home, "keras.json"), encoding="utf-8") as file:
+            return json.load(file).get("backend", "tensorflow")
+    except (OSError, ValueError, AttributeError):
+        return "tensorflow"

@@ -27,7 +27,7 @@ it holds (for at most ``--shutdown-deadline`` seconds, then 503) and exits
 When ready it prints ``kt-serve: ready on http://HOST:PORT`` on stdout, and
 logs only on stderr (``--port 0``: a free port). A missing model, a port in
 use, bad options or a missing optional package (the serve extra;
-ctranslate2 for an export; keras-hub for a ``.keras`` file) stop it with
+ctranslate2 for an export; sentencepiece for a ``.keras`` file) stop it with
 exit status 2 and one line. Given an export, the server imports neither
 Keras nor a backend nor TensorFlow. docs/serving.md has the rest.
 """

@@ -177,7 +177,7 @@ def main(argv=None):
     other than 0 of a multi-process run)."""
     config, verbose = parse_config(argv)
     prepare_process(verbose)
-    start_tensorflow(verbose)  # quietly, before the tokenizer needs it
+    start_tensorflow(verbose)  # quietly, before Keras starts it (its backend only)
     try:
         return train(config)
     except UsageError as error:

@@ -3,8 +3,9 @@
 The paper (§5.1) uses one shared source-target vocabulary of byte-pair
 encodings for English-German, which is what lets ``build_model`` tie the
 embeddings (``share_embeddings=True``). Here the vocabulary is trained with the
-``sentencepiece`` trainer (unigram or BPE) and wrapped in
-``keras_hub.tokenizers.SentencePieceTokenizer``.
+``sentencepiece`` trainer (unigram or BPE) and wrapped in the package's
+``SentencePieceTokenizer`` layer (``data.sentencepiece_layer``), which answers
+the tokenizer contract (``data.contract``).
 
 The four reserved ids (``keras_transformer.special_tokens``) are pieces 0
 to 3 of every vocabulary: ``<pad>``, ``<s>``, ``</s>``, ``<unk>``.

@@ -57,10 +57,8 @@ makes (post-LN or pre-LN, shared or separate embeddings, any ``num_layers``,
 """
 
 import dataclasses
-import gc
 import math
 import os
-import warnings
 
 import numpy as np
 
@@ -225,12 +223,7 @@ def _load_translator(translator):
         from keras_transformer.saving import load_model
 
         path = os.fspath(translator)
-        with warnings.catch_warnings():
-            # keras-hub 0.32 opens the vocabulary asset without closing it
-            # (see keras_transformer.translate.keras_translator).
-            warnings.simplefilter("ignore", ResourceWarning)
-            model = load_model(path)
-            gc.collect()
+        model = load_model(path)
         if not isinstance(model, Translator):
             raise ValueError(
                 f"{path} holds a {type(model).__name__}, not a keras_transformer "

@@ -129,7 +129,7 @@ def load_translator(path):
             cannot load it, or the tokenizer lacks its vocabulary.
         TypeError: the file holds another kind of model.
         ImportError: a package the model needs is missing (ctranslate2 for
-            an export; keras-hub or sentencepiece for a ``.keras`` file).
+            an export; sentencepiece for a ``.keras`` file).
     """
     if os.path.isdir(path):
         if not os.path.isfile(os.path.join(path, EXPORT_MARK)):
