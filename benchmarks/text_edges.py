@@ -10,9 +10,11 @@ largest packages. Start-up: ``kt-translate --model MODEL seven`` run
 ``--repeats`` times per backend by ``--python`` (``-m
 keras_transformer.cli.translate``, so that another checkout can be measured
 with ``--source``), its wall and CPU time (user + system, the process and its
-children) as medians; then once more under ``-X importtime`` to list which
-of TensorFlow, tensorflow-text and keras-hub it imported (``--repeats 0``:
-that run's times alone). One JSON line per
+children) as medians; then once more with a ``sitecustomize`` that writes
+``sys.modules`` at exit, to list which of TensorFlow, tensorflow-text and
+keras-hub it imported (``--repeats 0``: that run's times alone). The
+commands point file descriptor 2 away while TensorFlow starts, so
+``-X importtime`` would not see it. One JSON line per
 measurement on stdout.
 """
 
@@ -23,6 +25,7 @@ import resource
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 WATCHED = ("tensorflow", "tensorflow_text", "keras_hub")
@@ -61,14 +64,30 @@ def venv_report(venv, top=8):
     }
 
 
-def run_once(python, model, backend, source, importtime=False):
+SITECUSTOMIZE = """
+import atexit, json, os, sys
+
+def _write():
+    with open(os.environ["KT_MODULES_FILE"], "w") as file:
+        json.dump(sorted(sys.modules), file)
+
+atexit.register(_write)
+"""
+
+
+def run_once(python, model, backend, source, modules_file=None):
     env = dict(os.environ, KERAS_BACKEND=backend)
-    if source:
-        env["PYTHONPATH"] = os.path.abspath(source)
-    command = [python]
-    if importtime:
-        command += ["-X", "importtime"]
-    command += ["-m", "keras_transformer.cli.translate", "--model", model, "seven"]
+    path = [os.path.abspath(source)] if source else []
+    if modules_file:
+        folder = os.path.dirname(modules_file)
+        with open(os.path.join(folder, "sitecustomize.py"), "w") as file:
+            file.write(SITECUSTOMIZE)
+        path.insert(0, folder)
+        env["KT_MODULES_FILE"] = modules_file
+    if path:
+        env["PYTHONPATH"] = os.pathsep.join(path)
+    command = [python, "-m", "keras_transformer.cli.translate"]
+    command += ["--model", model, "seven"]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     done = subprocess.run(command, env=env, capture_output=True, text=True)
@@ -80,15 +99,9 @@ def run_once(python, model, backend, source, importtime=False):
     return wall, cpu, done
 
 
-def imported(stderr):
-    """The watched top-level modules that ``-X importtime`` lines name."""
-    found = set()
-    for line in stderr.splitlines():
-        if line.startswith("import time:"):
-            name = line.rsplit("|", 1)[-1].strip()
-            if name.split(".")[0] in WATCHED:
-                found.add(name.split(".")[0])
-    return sorted(found)
+def imported(modules):
+    """The watched top-level packages among module names."""
+    return sorted({name.split(".")[0] for name in modules} & set(WATCHED))
 
 
 def main(argv=None):
@@ -109,9 +122,13 @@ def main(argv=None):
                 run_once(args.python, args.model, backend, args.source)[:2]
                 for _ in range(args.repeats)
             ]
-            *last, done = run_once(
-                args.python, args.model, backend, args.source, importtime=True
-            )
+            with tempfile.TemporaryDirectory() as folder:
+                modules_file = os.path.join(folder, "modules.json")
+                *last, done = run_once(
+                    args.python, args.model, backend, args.source, modules_file
+                )
+                with open(modules_file) as file:
+                    modules = json.load(file)
             times = times or [last]
             results.append(
                 {
@@ -119,7 +136,7 @@ def main(argv=None):
                     "wall_s": statistics.median(w for w, _ in times),
                     "cpu_s": statistics.median(c for _, c in times),
                     "translation": done.stdout.strip(),
-                    "imported": imported(done.stderr),
+                    "imported": imported(modules),
                 }
             )
     for result in results:
