@@ -57,7 +57,7 @@ def sentencepiece_model(tokenizer):
     ``TextTokenizer``) is, or ``ValueError`` where its ids are not one
     SentencePiece model's piece ids: tensorflow-text's op gives a model's
     own ids, which must be the transformer's."""
-    kind = getattr(tokenizer, "kind", None)
+    kind = tokenizer.kind
     files = tokenizer.export_files() if kind == "sentencepiece" else {}
     if MODEL_FILE not in files:
         raise ValueError(

@@ -21,7 +21,6 @@ import warnings
 import keras
 import numpy as np
 
-from keras_transformer.data.tokenizer import END_ID, START_ID, encode
 from keras_transformer.translate.heat_map import HeatMap
 
 
@@ -129,7 +128,7 @@ def attention_maps(translator, source, target=None):
             # Only an output that ran to the limit without END is this long.
             body = body[: limit - 1]
     else:
-        body = encode(tokenizer, [target], add_end=False)[0]
+        body = tokenizer.encode_targets([target])[0]
         if limit is not None and len(body) + 1 > limit:
             raise ValueError(
                 f"The target has {len(body)} tokens; with the start token the "
@@ -138,7 +137,7 @@ def attention_maps(translator, source, target=None):
             )
 
     encoder_inputs = np.array([source_ids], "int32")  # (1, S)
-    decoder_inputs = np.array([[START_ID, *body]], "int32")  # (1, T)
+    decoder_inputs = np.array([[tokenizer.start_id, *body]], "int32")  # (1, T)
     encoder_outputs, encoder_mask, encoder_scores = model.encode(
         encoder_inputs, return_attention_scores=True
     )
@@ -146,12 +145,12 @@ def attention_maps(translator, source, target=None):
         decoder_inputs, encoder_outputs, encoder_mask, return_attention_scores=True
     )
 
-    def pieces(ids):
-        return [str(tokenizer.id_to_token(int(i))) for i in ids]
+    def pieces(names, ids):
+        return [str(names[int(i)]) for i in ids]
 
     return AttentionMaps(
-        source_tokens=pieces(source_ids),
-        target_tokens=pieces([*body, END_ID]),
+        source_tokens=pieces(tokenizer.source_pieces(), source_ids),
+        target_tokens=pieces(tokenizer.target_pieces(), [*body, tokenizer.end_id]),
         encoder_self_attention=_stack(encoder_scores),
         decoder_self_attention=_stack(self_scores),
         cross_attention=_stack(cross_scores),
@@ -159,14 +158,15 @@ def attention_maps(translator, source, target=None):
 
 
 def _greedy_body(translator, source):
-    """The greedy translation's ids, without ``END_ID`` and what follows."""
+    """The greedy translation's ids, without the end id and what follows."""
     with warnings.catch_warnings():
         # encode_sources has already warned about this source once (too
         # long, or characters the tokenizer does not know); those are the
         # only UserWarnings translate_ids gives.
         warnings.simplefilter("ignore", UserWarning)
         ids = [int(i) for i in translator.translate_ids([source], beam_size=1)[0]]
-    return ids[: ids.index(END_ID)] if END_ID in ids else ids
+    end = translator.end_id
+    return ids[: ids.index(end)] if end in ids else ids
 
 
 def _stack(scores):
