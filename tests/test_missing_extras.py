@@ -5,14 +5,17 @@ Each case runs an installed command in a subprocess whose
 ``sitecustomize`` makes the package's import fail as if it were not
 installed (``tests/installed_commands.py``): ctranslate2 or sentencepiece
 for an export, starlette or uvicorn for ``kt-serve``, matplotlib for
-``kt-attention``, keras-hub or sentencepiece for a ``.keras`` translator,
-the backend Keras is asked for. The extras named are checked against
+``kt-attention``, sentencepiece for a ``.keras`` translator, the backend
+Keras is asked for. The extras named are checked against
 ``pyproject.toml``, and the message of a library that wraps the
-``ImportError`` is read through to the missing module.
+``ImportError`` is read through to the missing module. Without tensorboardX
+``kt-train`` trains all the same, and says which extra writes its
+TensorBoard logs.
 """
 
 import os
 import subprocess
+import sys
 
 import pytest
 
@@ -74,12 +77,6 @@ CASES = {
         "plot",
         "torch",
     ),
-    "keras_hub-keras": (
-        ["kt-translate", "--model", FIXTURE, "seven"],
-        ["keras_hub"],
-        "text",
-        None,
-    ),
     "sentencepiece-keras": (
         ["kt-translate", "--model", FIXTURE, "seven"],
         ["sentencepiece"],
@@ -119,7 +116,9 @@ def test_a_missing_package_is_one_line_naming_the_extra(case, folder, tmp_path):
 
 
 # The distribution that installs each module the commands import.
-DISTRIBUTIONS = {"keras_hub": "keras-hub", "prometheus_client": "prometheus-client"}
+DISTRIBUTIONS = {"prometheus_client": "prometheus-client"}
+# What a command does without, naming the extra that adds it.
+OPTIONAL = {"tensorboardX": "text"}  # kt-train's TensorBoard logs
 
 
 def test_the_extras_named_install_the_packages():
@@ -138,9 +137,23 @@ def test_the_extras_named_install_the_packages():
         for _, packages in _extras.NEEDS.values()
         for module, extra in packages.items()
         if extra is not None
-    ] + list(_extras.BACKEND_EXTRAS.items())
+    ] + [*_extras.BACKEND_EXTRAS.items(), *OPTIONAL.items()]
     for module, extra in named:
         assert DISTRIBUTIONS.get(module, module) in names(extra), (module, extra)
+
+
+def test_training_without_tensorboardx_says_which_extra_adds_its_logs(
+    monkeypatch, capsys, tmp_path
+):
+    from keras_transformer.trainer import fitting
+
+    monkeypatch.setitem(sys.modules, "tensorboardX", None)  # import fails
+    assert fitting._tensorboard(str(tmp_path / "logs")) is None
+    (line,) = capsys.readouterr().out.splitlines()
+    assert "tensorboardX" in line and "no TensorBoard logs" in line
+    extra = OPTIONAL["tensorboardX"]
+    assert line.endswith(f'pip install "keras-transformer-aiayn[{extra}]")'), line
+    assert not os.listdir(tmp_path)
 
 
 def test_a_wrapped_import_error_is_read_through_to_the_missing_module():

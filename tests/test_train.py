@@ -1,6 +1,7 @@
 """kt-train end to end: outputs, resume after kill -9, bad input, --out."""
 
 import contextlib
+import errno
 import gzip
 import io
 import json
@@ -19,6 +20,7 @@ import keras
 import numpy as np
 import pytest
 
+import keras_transformer as kt
 from keras_transformer import backend
 from keras_transformer.cli import train
 from keras_transformer.trainer import checkpoints, tasks
@@ -94,7 +96,14 @@ SHARED_RUN_DATA_PARALLEL = _shared_run_data_parallel()
 
 
 @pytest.fixture(scope="module")
-def finished(tmp_path_factory):
+def history():
+    """What Keras' ``History`` kept of each epoch of the ``finished`` run
+    (which fills it): ``{name: [(epoch, value), ...]}``."""
+    return {}
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory, history):
     """A finished two-epoch run on the number task: (out folder, results,
     what it printed).
 
@@ -104,8 +113,14 @@ def finished(tmp_path_factory):
     out = tmp_path_factory.mktemp("finished") / "run"
     extra = ["--data-parallel"] if SHARED_RUN_DATA_PARALLEL else []
     printed = io.StringIO()
+
+    def keep(self, logs=None):  # kt-train runs one fit per epoch
+        for name, values in self.history.items():
+            history.setdefault(name, []).extend(zip(self.epoch, values, strict=True))
+
     try:
-        with contextlib.redirect_stdout(printed):
+        with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stdout(printed):
+            patch.setattr(keras.callbacks.History, "on_train_end", keep)
             results = run(
                 out, "--epochs", "2", "--average-last", "2", "--checkpoint-steps",
                 "3", "--beam-size", "2", "--train-size", "150", *extra,
@@ -148,7 +163,8 @@ def test_numbers_run_writes_everything(finished):
         ["▁", "null"],
     ]
     assert run_info["settings"]["short_repeats"] == 20
-    # TensorBoard event files for training and validation.
+    # TensorBoard event files for training and validation
+    # (test_the_event_files_hold_the_history_of_the_run reads them).
     logs = [str(p) for p in (out / "logs").rglob("events.out.tfevents.*")]
     assert any("train" in p for p in logs) and any("validation" in p for p in logs)
 
@@ -181,6 +197,140 @@ def test_numbers_run_writes_everything(finished):
     for a, b, mean in zip(*snapshots, weights(final), strict=True):
         np.testing.assert_allclose(mean, (a.astype("float64") + b) / 2, rtol=1e-6)
     assert any(not np.array_equal(a, b) for a, b in zip(*snapshots, strict=True))
+
+
+def scalars(folder):
+    """The scalars of the event files in ``folder``: ``{tag: [(step, value),
+    ...]}``, the files in the order of their names.
+
+    Read as TensorBoard reads them where TensorFlow is missing (its stub's
+    record reader, which checks every record's checksums), so that reading
+    imports no TensorFlow; a scalar is a value, or a scalar tensor (Keras'
+    callback).
+    """
+    from tensorboard.compat.proto import event_pb2
+    from tensorboard.compat.tensorflow_stub import errors
+    from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import (
+        PyRecordReader_New,
+    )
+    from tensorboard.util import tensor_util
+
+    found = {}
+    for path in sorted(Path(folder).glob("events.out.tfevents.*")):
+        reader = PyRecordReader_New(str(path))
+        while True:
+            try:
+                reader.GetNext()
+            except errors.OutOfRangeError:
+                break
+            event = event_pb2.Event.FromString(reader.record())
+            for value in event.summary.value:
+                if value.HasField("simple_value"):
+                    number = value.simple_value
+                elif value.metadata.plugin_data.plugin_name == "scalars":
+                    number = float(tensor_util.make_ndarray(value.tensor))
+                else:  # Keras' callback writes the model's config as text
+                    continue
+                found.setdefault(value.tag, []).append((event.step, number))
+    return found
+
+
+def as_float32(points):
+    return [(step, np.float32(value)) for step, value in points]
+
+
+@pytest.mark.slow
+def test_the_event_files_hold_the_history_of_the_run(finished, history):
+    """TensorBoard's curves, written without TensorFlow: each epoch's
+    training logs in train/, its validation logs (``val_*``) in validation/,
+    tagged as Keras' TensorBoard callback tags them, the learning rate at
+    the epoch's end, and the validation logs by step."""
+    out = finished[0]
+    shown = {
+        folder: {
+            tag: as_float32(p) for tag, p in scalars(out / "logs" / folder).items()
+        }
+        for folder in ("train", "validation")
+    }
+    rate = shown["train"].pop("epoch_learning_rate")
+    expected = {"train": {}, "validation": {}}
+    for name, points in history.items():
+        folder = "validation" if name.startswith("val_") else "train"
+        expected[folder][f"epoch_{name.removeprefix('val_')}"] = as_float32(points)
+    assert {"epoch_loss", "epoch_masked_accuracy"} <= set(expected["validation"])
+    # Keras' evaluation_*_vs_iterations: the same values, at each epoch's
+    # last update.
+    last = checkpoints.list_checkpoints(out / "checkpoints")[-1]
+    iterations = checkpoints.read_state(last)["iterations"]
+    for tag, points in list(expected["validation"].items()):
+        name = tag.removeprefix("epoch_")
+        expected["validation"][f"evaluation_{name}_vs_iterations"] = [
+            (step, value)
+            for step, (_, value) in zip(
+                (iterations // 2, iterations), points, strict=True
+            )
+        ]
+    assert shown == expected
+    # The rate of the schedule after the last update.
+    settings = json.loads((out / "run.json").read_text())["settings"]
+    schedule = kt.TransformerSchedule(
+        settings["d_model"],
+        warmup_steps=settings["warmup_steps"],
+        scale=settings["lr_scale"],
+        accumulate=settings["accumulate"] or 1,
+    )
+    assert [step for step, _ in rate] == [0, 1]
+    assert rate[-1][1] == pytest.approx(
+        float(keras.ops.convert_to_numpy(schedule(iterations))), rel=1e-6
+    )
+
+
+@pytest.mark.backends("tensorflow")
+def test_the_event_files_hold_the_scalars_of_keras_tensorboard_callback(tmp_path):
+    """The same scalars, tags and steps as Keras' own callback (which needs
+    TensorFlow) writes."""
+    from keras_transformer.trainer.event_log import EpochScalars
+
+    rng = np.random.default_rng(0)
+    x, y = rng.random((32, 3), "float32"), rng.random((32, 1), "float32")
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+    decay = keras.optimizers.schedules.ExponentialDecay(0.1, 1, 0.5)
+    model.compile(keras.optimizers.Adam(decay), "mse", metrics=["mae"])
+    ours = EpochScalars(str(tmp_path / "ours"))
+    theirs = keras.callbacks.TensorBoard(str(tmp_path / "keras"), update_freq="epoch")
+    model.fit(
+        x, y, epochs=2, validation_split=0.25, batch_size=8, verbose=0,
+        callbacks=[ours, theirs],
+    )  # fmt: skip
+    for folder in ("train", "validation"):
+        assert scalars(tmp_path / "ours" / folder) == scalars(
+            tmp_path / "keras" / folder
+        )
+    assert set(scalars(tmp_path / "ours" / "train")) == {
+        "epoch_loss", "epoch_mae", "epoch_learning_rate",
+    }  # fmt: skip
+
+
+@pytest.mark.once
+def test_event_files_that_cannot_be_written_stop_the_logs_not_the_run(
+    tmp_path, monkeypatch, capsys
+):
+    from keras_transformer.trainer import event_log
+
+    def full(self):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    logs = event_log.EpochScalars(str(tmp_path))
+    logs.set_model(keras.Sequential([keras.Input((1,)), keras.layers.Dense(1)]))
+    # tensorboardX as the trainer imports it (without PyTorch).
+    monkeypatch.setattr(event_log._tensorboardx().RecordWriter, "flush", full)
+    for epoch in range(2):
+        logs.on_epoch_end(epoch, {"loss": 1.0, "val_loss": 2.0})
+        logs.on_train_end()
+    (line,) = capsys.readouterr().out.splitlines()
+    assert line.startswith(f"TensorBoard logs stopped: cannot write to {tmp_path}")
+    assert line.endswith("No space left on device")
+    assert logs.failed and not logs._files
 
 
 @pytest.mark.slow
@@ -563,6 +713,13 @@ def test_resume_after_kill_continues_from_last_checkpoint(tmp_path, capsys):
     assert (final["epoch"], final["batch"]) == (2, 0)
     assert final["iterations"] == 2 * epoch_length  # no batch trained twice
     assert resumed["sentences"] == reference["sentences"]
+    # TensorBoard's curves: each epoch once, as the run never killed has them.
+    for folder in ("train", "validation"):
+        steps = [
+            {tag: [step for step, _ in p] for tag, p in scalars(run / folder).items()}
+            for run in (out / "logs", tmp_path / "reference" / "logs")
+        ]
+        assert steps[0] == steps[1] and steps[0]["epoch_loss"] == [0, 1]
     a = load_translator(tmp_path / "reference" / "translator.keras")
     b = load_translator(out / "translator.keras")
     if keras.backend.backend() != "tensorflow":

@@ -22,7 +22,7 @@ NEEDS = {
     ),
     "keras": (
         "a .keras translator",
-        {"keras": None, "keras_hub": "text", "sentencepiece": "text"},
+        {"keras": None, "sentencepiece": "text"},
     ),
     "serve": (
         "kt-serve",
@@ -44,7 +44,7 @@ class MissingPackage(ImportError):
     """A package a command needs failed to import.
 
     Attributes:
-        package: the module the command imported (``"keras_hub"``).
+        package: the module the command imported (``"sentencepiece"``).
         missing: the module that was not found, if another (a dependency of
             ``package``), else ``package``.
         extra: the extra that installs it.

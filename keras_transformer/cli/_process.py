@@ -136,3 +136,34 @@ def keras_backend():
             return json.load(file).get("backend", "tensorflow")
     except (OSError, ValueError, AttributeError):
         return "tensorflow"
+
+
+@contextlib.contextmanager
+def keras_without_tensorflow():
+    """Keras, in the block, as if TensorFlow were not installed, where
+    another backend runs it and nothing has imported TensorFlow.
+
+    Keras imports TensorFlow wherever it is installed: to seed it too
+    (``keras.utils.set_random_seed``, for ``tf.data``) and to look for its
+    types in a model it saves. A JAX or PyTorch run uses neither, and the
+    import costs seconds, memory and TensorFlow's start-up lines on stderr.
+    Keras' note of whether TensorFlow imports (a private attribute: a Keras
+    without it imports TensorFlow as before) is set for the block only, so
+    that a later use of TensorFlow in the process still imports it.
+    """
+    import keras
+    from keras.src.utils import module_utils
+
+    lazy = getattr(module_utils, "tensorflow", None)
+    hide = (
+        keras.backend.backend() != "tensorflow"
+        and "tensorflow" not in sys.modules
+        and getattr(lazy, "_available", False) is None
+    )
+    if hide:
+        lazy._available = False
+    try:
+        yield
+    finally:
+        if hide and lazy.module is None:
+            lazy._available = None

@@ -27,7 +27,11 @@ import os
 import sys
 import typing
 
-from keras_transformer.cli._process import prepare_process, start_tensorflow
+from keras_transformer.cli._process import (
+    keras_without_tensorflow,
+    prepare_process,
+    start_tensorflow,
+)
 from keras_transformer.trainer import (
     NumbersSettings,
     RunStopped,
@@ -179,7 +183,8 @@ def main(argv=None):
     prepare_process(verbose)
     start_tensorflow(verbose)  # quietly, before Keras starts it (its backend only)
     try:
-        return train(config)
+        with keras_without_tensorflow():
+            return train(config)
     except UsageError as error:
         print(f"kt-train: error: {error.text(option)}", file=sys.stderr)
         raise SystemExit(2) from None

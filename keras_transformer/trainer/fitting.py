@@ -6,6 +6,7 @@ shared embeddings (§3.4), and the final model the mean of the last
 checkpoints (§6.1).
 """
 
+import contextlib
 import dataclasses
 import signal
 import sys
@@ -14,7 +15,7 @@ import keras
 
 import keras_transformer as kt
 from keras_transformer.distribute import cluster
-from keras_transformer.trainer import checkpoints
+from keras_transformer.trainer import checkpoints, event_log
 from keras_transformer.trainer.callbacks import (
     Checkpointer,
     ProgressLog,
@@ -132,6 +133,7 @@ def fit(config, folder, model, dataset, val_dataset, state):
     verbose = (1 if sys.stdout.isatty() else 2) if verbose == "auto" else int(verbose)
     # Not on a terminal Keras prints one line per epoch: lines in between.
     lines = ProgressLog(every=config.progress_seconds, budget=budget)
+    tensorboard = None
     if not chief:
         verbose = 0
     else:
@@ -145,7 +147,7 @@ def fit(config, folder, model, dataset, val_dataset, state):
     # One fit() per epoch, each on that epoch's fixed order of batches: a
     # resumed epoch then serves exactly the batches not trained yet.
     epoch, skip = state["epoch"], state["batch"]
-    with stop.handling():
+    with stop.handling(), _closing(tensorboard):
         while epoch < config.epochs and not budget.exhausted:
             checkpointer.first_batch = skip
             view = dataset.epoch_view(epoch, skip=skip)
@@ -209,14 +211,23 @@ def _skipping(error):
 
 
 def _tensorboard(log_dir):
-    try:
-        # Keras' TensorBoard callback writes with tf.summary, which needs both.
-        import tensorboard  # noqa: F401
-        import tensorflow  # noqa: F401
-    except ImportError:
-        log("TensorFlow or TensorBoard is not installed: no TensorBoard logs")
+    if not event_log.available():
+        log(
+            "tensorboardX is not installed: no TensorBoard logs "
+            '(pip install "keras-transformer-aiayn[text]")'
+        )
         return None
-    return keras.callbacks.TensorBoard(log_dir=log_dir, update_freq="epoch")
+    return event_log.EpochScalars(log_dir)
+
+
+@contextlib.contextmanager
+def _closing(tensorboard):
+    # fit() closes the files at its end; a fit that raises leaves them open.
+    try:
+        yield
+    finally:
+        if tensorboard is not None:
+            tensorboard.close()
 
 
 class _Progress(keras.callbacks.ProgbarLogger):

@@ -295,7 +295,8 @@ class RunFolder:
 
 
 def _foreign_logs(path):
-    # Keras' TensorBoard callback writes event files to train/ and validation/.
+    # The TensorBoard logs (event_log.EpochScalars): event files in train/ and
+    # validation/.
     found = []
     for name in sorted(os.listdir(path)):
         folder = os.path.join(path, name)
