@@ -11,6 +11,7 @@
   finished; never clobbered; every write atomic);
 - ``inputs.py``: the tokenizer and the batches by length;
 - ``fitting.py``: the compiled model, resuming, ``model.fit``, averaging;
+  ``event_log.py``: TensorBoard's event files, written without TensorFlow;
 - ``run.py``: ``train``, those steps in order; ``report.py``: its report;
 - ``parallel.py``: several devices or processes.
 
