@@ -87,10 +87,14 @@ def run_once(python, model, backend, source, modules_file=None):
     if path:
         env["PYTHONPATH"] = os.pathsep.join(path)
     command = [python, "-m", "keras_transformer.cli.translate"]
-    command += ["--model", model, "seven"]
+    command += ["--model", os.path.abspath(model), "seven"]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    done = subprocess.run(command, env=env, capture_output=True, text=True)
+    # Not from a checkout: ``-m`` puts the working directory first on the
+    # path, and a checkout there would be imported instead of ``python``'s.
+    done = subprocess.run(
+        command, env=env, capture_output=True, text=True, cwd=tempfile.gettempdir()
+    )
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode != 0:
