@@ -6,6 +6,7 @@ Python (lengths, warnings, argument checks), the same on every backend.
 """
 
 import os
+import types
 import warnings
 
 import keras
@@ -309,6 +310,9 @@ def test_bad_arguments(tokenizer):
     small = build_model("tiny", src_vocab_size=10, **SMALL)
     with pytest.raises(ValueError, match="vocabulary"):
         Translator(tokenizer, small)
+    # A tokenizer outside the contract (say keras-hub's) is named, not probed.
+    with pytest.raises(TypeError, match="TextTokenizer contract.*SimpleNamespace"):
+        Translator(types.SimpleNamespace(tokenize=None), tiny_model(tokenizer))
 
 
 def naive_beam(model, src_ids, beam_size, alpha, limit):

@@ -38,6 +38,7 @@ import threading
 import keras
 import numpy as np
 
+from keras_transformer.data.contract import TextTokenizer
 from keras_transformer.data.languages import check_languages
 from keras_transformer.data.sentencepiece_layer import OLD_NAMES
 from keras_transformer.data.tokenizer import special_ids
@@ -114,6 +115,13 @@ class Translator(TranslatorBase, keras.Model):
         **kwargs,
     ):
         super().__init__(**kwargs)
+        if not isinstance(tokenizer, TextTokenizer):
+            raise TypeError(
+                "tokenizer must answer the TextTokenizer contract "
+                "(keras_transformer.data.contract): make_tokenizer's "
+                "SentencePieceTokenizer or an imported checkpoint's "
+                f"MarianTokenizer. Received: {type(tokenizer).__name__}"
+            )
         self.languages = check_languages(languages)
         if isinstance(search, dict):
             search = SearchOptions(**search)
