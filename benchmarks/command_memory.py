@@ -65,7 +65,7 @@ path, beam, inter, intra = sys.argv[1], int(sys.argv[2]), *map(int, sys.argv[3:5
 with open(os.path.join(path, "keras_transformer.json")) as file:
     metadata = json.load(file)
 processor = sentencepiece.SentencePieceProcessor(
-    model_file=os.path.join(path, metadata["tokenizer"]["file"])
+    model_file=os.path.join(path, "tokenizer.model")  # kind "sentencepiece"
 )
 translator = ctranslate2.Translator(
     path, device="cpu", inter_threads=inter, intra_threads=intra

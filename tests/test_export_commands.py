@@ -131,7 +131,11 @@ def test_kt_export_refuses_what_it_cannot_do(folder, tmp_path, capsys):
     cases = [
         (["--format", "ctranslate2", "--out", str(folder)], "overwrite"),
         (["--format", "saved_model", "--quantization", "int8"], "--quantization"),
-        (["--format", "ctranslate2", "--beam-size", "2"], "--beam-size"),
+        # A search CTranslate2's engine cannot run is not kept as the default.
+        (
+            ["--format", "ctranslate2", "--length-penalty-form", "transformers"],
+            'length_penalty_form="gnmt"',
+        ),
         (["--format", "ctranslate2", "--quantization", "int3"], "quantization"),
         (["--format", "onnx"], "invalid choice"),
     ]

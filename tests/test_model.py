@@ -563,7 +563,7 @@ CROSS_SCRIPT = textwrap.dedent(
     backend = keras.backend.backend()
 
     # 1. The file saved under the other backend, loaded here.
-    model = keras.saving.load_model(f"{out}/{loaded_from}.keras")
+    model = kt.load_model(f"{out}/{loaded_from}.keras")
     assert type(model) is kt.Transformer, type(model)
     x = {
         "encoder_inputs": np.load(f"{out}/{loaded_from}_src.npy"),
