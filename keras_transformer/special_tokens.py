@@ -16,3 +16,6 @@ PAD_ID = 0
 START_ID = 1
 END_ID = 2
 UNK_ID = 3
+
+# Each reserved id's piece, in every vocabulary of the package.
+PIECES = {PAD_ID: "<pad>", START_ID: "<s>", END_ID: "</s>", UNK_ID: "<unk>"}

@@ -8,7 +8,6 @@ import gzip
 
 import numpy as np
 import pytest
-
 import sentencepiece
 
 from keras_transformer import data as ktd

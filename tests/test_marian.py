@@ -273,12 +273,16 @@ def test_the_tokenizer_gives_marians_ids(preset):
     with pytest.warns(UserWarning, match="never seen"):
         ours = translator.encode_sources(TEXTS)
     tokenizer = translator.tokenizer
-    assert [[int(tokenizer.text.source_ids[i]) for i in row] for row in ours] == expected
+    assert [
+        [int(tokenizer.text.source_ids[i]) for i in row] for row in ours
+    ] == expected
     assert any(1 in row for row in expected)  # "quick" has pieces not in vocab.json
     # And back: target pieces through target.spm, as Marian decodes them.
     words = [german(n) for n in NUMBERS]
     ids = [theirs(text_target=text)["input_ids"][:-1] for text in words]
-    order = our_ids(tokenizer.text.target_ids, np.arange(len(tokenizer.text.target_ids) - 1))
+    order = our_ids(
+        tokenizer.text.target_ids, np.arange(len(tokenizer.text.target_ids) - 1)
+    )
     assert tokenizer.detokenize([[order[i] for i in row] for row in ids]) == [
         theirs.decode(row, skip_special_tokens=True) for row in ids
     ]

@@ -31,7 +31,7 @@ and the piece look-ups.
 This module imports neither Keras nor a backend.
 """
 
-from keras_transformer.special_tokens import END_ID, PAD_ID, START_ID, UNK_ID
+from keras_transformer.special_tokens import END_ID, PAD_ID, PIECES, START_ID, UNK_ID
 
 
 class TextTokenizer:
@@ -118,6 +118,8 @@ class TextTokenizer:
     def decode(self, rows):
         """Texts from rows of generated ids (lists, or a 2-D array): each cut
         at its first end id, padding and start ids dropped."""
+        if not hasattr(rows, "tolist") and hasattr(rows, "numpy"):
+            rows = rows.numpy()  # a backend tensor
         if hasattr(rows, "tolist"):
             rows = rows.tolist()
         kept = []
@@ -146,8 +148,7 @@ class TextTokenizer:
     def check_reserved(self):
         """``ValueError`` unless the reserved ids are the pieces ``<pad>``,
         ``<s>``, ``</s>``, ``<unk>`` on both sides."""
-        expected = {self.pad_id: "<pad>", self.start_id: "<s>"}
-        expected.update({self.end_id: "</s>", self.unk_id: "<unk>"})
+        expected = {i: PIECES[i] for i in self.special_ids().values()}
         for side, pieces in (
             ("source", self.source_pieces()),
             ("target", self.target_pieces()),

@@ -24,7 +24,6 @@ from typing import NamedTuple
 import numpy as np
 
 from keras_transformer.data.corpus import CorpusError, iter_parallel
-from keras_transformer.special_tokens import END_ID
 
 SOURCE_FILE = "source.ids"
 TARGET_FILE = "target.ids"

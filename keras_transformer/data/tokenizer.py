@@ -18,7 +18,7 @@ import io
 import numbers
 import os
 
-from keras_transformer.special_tokens import END_ID, PAD_ID, START_ID, UNK_ID
+from keras_transformer.special_tokens import END_ID, PAD_ID, PIECES, START_ID, UNK_ID
 
 __all__ = [
     "END_ID",
@@ -32,11 +32,15 @@ __all__ = [
     "train_tokenizer",
 ]
 
+# SentencePiece's trainer names the reserved ids by these kinds.
 _SPECIAL_PIECES = {
-    "pad": (PAD_ID, "<pad>"),
-    "bos": (START_ID, "<s>"),
-    "eos": (END_ID, "</s>"),
-    "unk": (UNK_ID, "<unk>"),
+    kind: (piece_id, PIECES[piece_id])
+    for kind, piece_id in (
+        ("pad", PAD_ID),
+        ("bos", START_ID),
+        ("eos", END_ID),
+        ("unk", UNK_ID),
+    )
 }
 
 
@@ -232,6 +236,4 @@ def decode(tokenizer, ids):
     Returns:
         list of str, one per row.
     """
-    if not hasattr(ids, "tolist") and hasattr(ids, "numpy"):  # backend tensor
-        ids = ids.numpy()
     return tokenizer.decode(ids)

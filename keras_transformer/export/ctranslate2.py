@@ -162,6 +162,7 @@ def export_ctranslate2(
     metadata["quantization"] = quantization or "float32"
     metadata["ctranslate2_version"] = ctranslate2.__version__
     files = translator.tokenizer.export_files()
+    metadata["tokenizer"]["files"] = sorted(files)
     taken = set(files) & {"model.bin", "config.json", METADATA_FILE}
     taken |= {name for name in files if name.endswith("_vocabulary.json")}
     if taken:
@@ -487,7 +488,6 @@ def _metadata(translator, special, special_pieces):
         "languages": list(translator.languages) if translator.languages else None,
         "tokenizer": {
             "kind": tokenizer.kind,
-            "files": sorted(tokenizer.export_files()),
             "settings": tokenizer.export_settings(),
             "source_pieces": len(tokenizer.source_pieces()),
             "target_pieces": len(tokenizer.target_pieces()),

@@ -82,7 +82,7 @@ from keras_transformer.pretrained.marian_vocabularies import (
     VOCABULARY,
 )
 from keras_transformer.search.options import SearchOptions
-from keras_transformer.special_tokens import END_ID, PAD_ID, START_ID, UNK_ID
+from keras_transformer.special_tokens import START_ID
 
 CONFIG = "config.json"
 WEIGHTS = "model.safetensors"
@@ -225,7 +225,11 @@ def marian_vocabulary(translator):
             f"{tokenizer.kind!r}; Marian's tokenizer is SentencePiece models "
             "and a vocab.json (make_tokenizer's, or an imported checkpoint's)."
         )
-    pieces = _checked_pieces(tokenizer.source_pieces())
+    try:
+        tokenizer.check_reserved()
+    except ValueError as error:
+        raise ValueError(f"cannot write a Marian checkpoint: {error}") from None
+    pieces = tokenizer.source_pieces()
     proto = tokenizer.export_files()[MODEL_FILE]
     model = translator.transformer
     sizes = (int(model.src_vocab_size) - 1, int(model.tgt_vocab_size) - 1)
@@ -243,20 +247,6 @@ def marian_vocabulary(translator):
     if vocabularies[1] != vocabularies[0]:
         files[TARGET_VOCABULARY] = _json(vocabularies[1])
     return MarianVocabulary(special, sizes, rows, files)
-
-
-def _checked_pieces(pieces):
-    """The pieces in id order, checked to reserve this package's special
-    ids."""
-    reserved = {PAD_ID: "<pad>", START_ID: "<s>", END_ID: "</s>", UNK_ID: "<unk>"}
-    found = {i: pieces[i] if i < len(pieces) else None for i in reserved}
-    if found != reserved:
-        raise ValueError(
-            "cannot write a Marian checkpoint: the tokenizer's ids 0-3 are "
-            f"{list(found.values())}, not this package's reserved "
-            f"{list(reserved.values())} (train it with train_tokenizer)."
-        )
-    return pieces
 
 
 def _names(pieces, size):

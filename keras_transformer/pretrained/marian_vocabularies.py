@@ -19,7 +19,7 @@ import numpy as np
 
 from keras_transformer.data.contract import TextTokenizer
 from keras_transformer.pretrained.marian import vocabulary_order
-from keras_transformer.special_tokens import END_ID, PAD_ID, START_ID, UNK_ID
+from keras_transformer.special_tokens import PIECES
 
 SOURCE_MODEL, TARGET_MODEL = "source.spm", "target.spm"
 VOCABULARY, TARGET_VOCABULARY = "vocab.json", "target_vocab.json"
@@ -148,8 +148,8 @@ def _pieces(vocabulary, order):
     name)."""
     names = {int(i): piece for piece, i in vocabulary.items()}
     pieces = [names.get(int(marian), UNKNOWN) for marian in order]
-    pieces[PAD_ID], pieces[START_ID] = "<pad>", "<s>"
-    pieces[END_ID], pieces[UNK_ID] = "</s>", UNKNOWN
+    for i, piece in PIECES.items():
+        pieces[i] = piece
     return pieces
 
 

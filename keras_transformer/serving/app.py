@@ -267,7 +267,7 @@ class Service:
             if n is None:
                 answers = translator.detokenize([row[0][0] for row in found])
             else:
-                answers = _n_best(translator, found, n)
+                answers = translator.n_best_texts(found, n)
             for i, answer in zip(group, answers, strict=True):
                 results[i] = answer
         return results
@@ -482,14 +482,6 @@ class Service:
                 raise RequestError(413, f"the body is over {limit} bytes")
             chunks.append(chunk)
         return b"".join(chunks)
-
-
-def _n_best(translator, found, n):
-    """``[(text, score), ...]`` per source, the ``n`` best of ``found``
-    (``search_ids_sorted``'s), as ``n_best`` gives them."""
-    rows = [row[:n] for row in found]
-    texts = iter(translator.detokenize([ids for row in rows for ids, _ in row]))
-    return [[(next(texts), score) for _, score in row] for row in rows]
 
 
 def _languages(translator, asked):

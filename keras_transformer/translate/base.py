@@ -223,14 +223,16 @@ class TranslatorBase:
         search = self.search_options(search, **options)
         n = check_n_best(n, search.beam_size)
         texts = self.with_target_language(texts, target_language)
-        results = []
-        for row in self._decode(self.encode_sources(texts), search, top_n=n):
-            row = row[:n]
-            texts_out = self.detokenize([ids for ids, _ in row])
-            results.append(
-                [(text, score) for text, (_, score) in zip(texts_out, row, strict=True)]
-            )
-        return results
+        found = self._decode(self.encode_sources(texts), search, top_n=n)
+        return self.n_best_texts(found, n)
+
+    def n_best_texts(self, found, n):
+        """``[(translation, score), ...]`` per source: the ``n`` best of
+        ``found`` (``decode_ids``' or ``search_ids_sorted``'s hypotheses),
+        detokenized together."""
+        rows = [row[:n] for row in found]
+        texts = iter(self.detokenize([ids for row in rows for ids, _ in row]))
+        return [[(next(texts), score) for _, score in row] for row in rows]
 
     def decode_ids(self, source_ids, search=None, **options):
         """Search for the translations of encoded sources.
@@ -340,8 +342,6 @@ class TranslatorBase:
     def detokenize(self, rows):
         """Texts from rows of generated ids: each cut at its first end id,
         padding and start ids dropped."""
-        if not hasattr(rows, "tolist") and hasattr(rows, "numpy"):
-            rows = rows.numpy()  # a backend tensor
         return self.tokenizer.decode(rows)
 
     def source_lengths(self, texts):

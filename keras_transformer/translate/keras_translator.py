@@ -42,10 +42,6 @@ from keras_transformer.data.contract import TextTokenizer
 from keras_transformer.data.languages import check_languages
 from keras_transformer.data.sentencepiece_layer import OLD_NAMES
 from keras_transformer.data.tokenizer import special_ids
-
-# The Marian tokenizer registers itself with Keras on import: a translator
-# file may name it.
-from keras_transformer.pretrained import marian_tokenizer  # noqa: F401
 from keras_transformer.search import decoding, shapes
 from keras_transformer.search.options import SearchOptions, check_length
 from keras_transformer.translate.base import TranslatorBase
