@@ -42,10 +42,13 @@ def prepare_process(verbose=False, keras=True):
     if not getattr(warnings.formatwarning, "one_line", False):
         warnings.formatwarning = _one_line(warnings.formatwarning)
     if keras:
-        # Importing the allocator may import Keras (its package's other
-        # modules), and with it TensorFlow, whose start-up lines ignore the
-        # log level.
+        # Keras and its backend start first, quietly (TensorFlow's start-up
+        # lines ignore the log level): the threads they start take arenas of
+        # their own before the setting allows one more, so that none of
+        # them splits the main arena's freed blocks.
         with _quiet_native_stderr(verbose):
+            import keras  # noqa: F401
+
             from keras_transformer.trainer.allocator import keep_freed_memory
         keep_freed_memory()
 
