@@ -6,6 +6,9 @@ ones, stopping on a bad value inside a compiled step, working around a fused
 kernel that fails), it calls a function of this module.
 """
 
+import functools
+import threading
+
 import keras
 import numpy as np
 from keras import ops
@@ -222,25 +225,56 @@ def flash_attention_flag():
 
 # -- decoding loops -----------------------------------------------------------
 
+_compilations = 0
+_compilations_lock = threading.Lock()
+
+
+def compilations():
+    """How many times this process has traced (and so compiled) a function
+    that ``compile_loop`` built: the searches and the attention maps.
+
+    What a server reports and a test reads to see that nothing compiled
+    after warm-up: a request that compiles waits seconds, and every other
+    request waits behind it. Always 0 on PyTorch, where nothing compiles.
+    """
+    return _compilations
+
+
+def _counted(fn):
+    """``fn`` that adds one to ``compilations()`` each time it runs: under
+    ``jax.jit`` and ``tf.function`` the Python body runs once per trace."""
+
+    @functools.wraps(fn)
+    def traced(*args):
+        global _compilations
+        # Two threads may trace at once (two models, or two keys).
+        with _compilations_lock:
+            _compilations += 1
+        return fn(*args)
+
+    return traced
+
 
 def compile_loop(model, fn):
     """``fn(*tensors)`` compiled for the backend, reading the model's weights:
     ``jax.jit`` with the weights as arguments (not constants baked into the
     program: the same compilation serves the weights after a further
     ``fit()`` or a checkpoint load), ``tf.function(jit_compile=True)`` (XLA)
-    on TensorFlow, an eager call under ``torch.no_grad()`` on PyTorch."""
+    on TensorFlow, an eager call under ``torch.no_grad()`` on PyTorch.
+    Each trace on JAX and TensorFlow counts in ``compilations()``."""
     backend = name()
     if backend == "jax":
         import jax
 
         variables = list(getattr(model, "variables", []))
+        counted = _counted(fn)
 
         @jax.jit
         def run(values, *args):
             with keras.StatelessScope(
                 state_mapping=list(zip(variables, values, strict=True))
             ):
-                return fn(*args)
+                return counted(*args)
 
         return lambda *args: run([v.value for v in variables], *args)
     if backend == "tensorflow":
@@ -249,7 +283,7 @@ def compile_loop(model, fn):
         # autograph=False: the loops are ops.while_loop already, and
         # AutoGraph's rewriting of every layer's source costs more than the
         # tracing itself.
-        return tf.function(fn, jit_compile=True, autograph=False)
+        return tf.function(_counted(fn), jit_compile=True, autograph=False)
     if backend == "torch":
         import torch
 

@@ -17,6 +17,7 @@ import keras_transformer as kt
 from keras_transformer.cli import attention as attention_cli
 from keras_transformer.data import tokenizer as tk
 from keras_transformer.data.numbers import english, german
+from keras_transformer.search import shapes
 from keras_transformer.translate.attention_maps import AttentionMaps, attention_maps
 from keras_transformer.translate.plotting import plot_attention, plot_attention_maps
 
@@ -85,6 +86,65 @@ def test_shapes_and_tokens(translator, maps):
         assert isinstance(array, np.ndarray) and array.dtype == np.float32
     with pytest.raises(dataclasses.FrozenInstanceError):
         maps.source_tokens = []
+
+
+def test_padded_widths_give_the_unpadded_weights(translator):
+    """The maps come from one program per pair of padded widths (§3.2.1's
+    weights of each layer and head, then cut): they equal the model's eager
+    run on the unpadded pair, the padded keys having had no weight."""
+    model, tokenizer = translator.transformer, translator.tokenizer
+    source, target = "nine hundred ninety-nine", "siebenhundertsiebenundsiebzig"
+    got = attention_maps(translator, source, target)
+    src = tk.encode(tokenizer, [source])[0]
+    dec = [tk.START_ID, *tk.encode(tokenizer, [target], add_end=False)[0]]
+    # Both padded (9 -> 16 and 10 -> 16), each its own length.
+    assert (len(src), len(dec)) == (9, 10)
+    assert shapes.width(9, 16) == shapes.width(10, 16) == 16
+    encoder_outputs, mask, encoder_self = model.encode(
+        np.array([src], "int32"), return_attention_scores=True
+    )
+    _, decoder_self, cross = model.decode(
+        np.array([dec], "int32"), encoder_outputs, mask, return_attention_scores=True
+    )
+    for array, scores in (
+        (got.encoder_self_attention, encoder_self),
+        (got.decoder_self_attention, decoder_self),
+        (got.cross_attention, cross),
+    ):
+        expected = np.stack([keras.ops.convert_to_numpy(s)[0] for s in scores])
+        assert array.shape == expected.shape
+        np.testing.assert_allclose(array, expected, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.once
+def test_a_mixed_precision_model_shows_the_weights_its_search_computes(
+    translator, maps
+):
+    """Under mixed_bfloat16 the translator searches with a float32 copy of
+    the weights (``search_dtype="float32"``, the default): the maps are that
+    copy's, those of the float32 model; with ``search_dtype="policy"`` they
+    are computed in bfloat16, as its search is."""
+    model = translator.transformer
+    mixed = kt.build_model(
+        "tiny",
+        src_vocab_size=model.src_vocab_size,
+        dtype="mixed_bfloat16",
+        **SMALL,
+    )
+    mixed.set_weights(model.get_weights())
+    exact = attention_maps(kt.Translator(translator.tokenizer, mixed), SOURCE, TARGET)
+    policy = kt.Translator(translator.tokenizer, mixed, search_dtype="policy")
+    rounded = attention_maps(policy, SOURCE, TARGET)
+    for kind in ("encoder_self", "decoder_self", "cross"):
+        expected = getattr(maps, f"{kind}_attention")
+        np.testing.assert_allclose(
+            getattr(exact, f"{kind}_attention"), expected, rtol=1e-6, atol=1e-6
+        )
+        # bfloat16 keeps about 3 significant digits.
+        in_bfloat16 = getattr(rounded, f"{kind}_attention")
+        assert in_bfloat16.dtype == np.float32
+        np.testing.assert_allclose(in_bfloat16, expected, atol=0.05)
+    assert not np.allclose(rounded.cross_attention, maps.cross_attention, atol=1e-4)
 
 
 @pytest.mark.once

@@ -407,6 +407,28 @@ def test_n_best(trained):
 
 
 @pytest.mark.slow
+def test_the_beam_of_top_n_k_begins_with_that_of_any_smaller_top_n(trained):
+    """A search of the whole beam (``top_n=beam_size``) serves every n
+    best: its first n hypotheses are those of ``top_n=n`` (``n_best(n)``),
+    its best that of ``top_n=1`` (``translate``). The beams are the same
+    until a smaller ``top_n`` stops early, and its n best can no longer be
+    outranked then."""
+    # A batch stops when all its rows are done: small batches, so that some
+    # stop early under top_n=1 however the partly trained model ranks.
+    search = trained.search_options(
+        beam_size=4, batch_size=4, fixed_batch=True, max_output_length=12
+    )
+    sources = sorted(trained.encode_sources(SOURCES[::10]), key=len)
+    found = {n: trained.search_ids_sorted(sources, search, top_n=n) for n in (1, 2, 4)}
+    for n in (1, 2):
+        for short, full in zip(found[n], found[4], strict=True):
+            # The same ids and scores: one compiled program, top_n its input.
+            assert short[:n] == full[:n]
+    # top_n=1 stopped early somewhere: what follows its best differs.
+    assert any(s[1:] != f[1:] for s, f in zip(found[1], found[4], strict=True))
+
+
+@pytest.mark.slow
 @pytest.mark.once
 def test_bad_search_arguments(trained):
     with pytest.raises(ValueError, match="beam_size must be >= 1"):

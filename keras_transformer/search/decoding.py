@@ -156,15 +156,19 @@ def _settled(log_probs, lengths, finished, top_n, final_penalty, alpha):
     best first) are finished and no unfinished one can ever outrank them:
     its log P only falls with each token, and its length penalty is at most
     that of the output limit, so its final score is at most
-    log P / lp(limit)."""
+    log P / lp(limit). ``top_n`` may be a tensor: one compiled search
+    serves every ``top_n``."""
+    k = ops.shape(log_probs)[1]
+    nth_index = ops.convert_to_tensor(top_n, "int32") - 1
     # The n-th score is recomputed, not read from top_k's values: using
     # those values makes XLA:CPU's step several times slower.
-    nth = log_probs[:, top_n - 1] / length_penalty(
-        ops.cast(lengths[:, top_n - 1], "float32"), alpha
+    nth = ops.take(log_probs, nth_index, axis=1) / length_penalty(
+        ops.cast(ops.take(lengths, nth_index, axis=1), "float32"), alpha
     )
     best_open = ops.max(ops.where(finished, IMPOSSIBLE, log_probs), axis=1)
+    in_top = ops.less_equal(ops.arange(k, dtype="int32"), nth_index)[None, :]
     return ops.logical_and(
-        ops.all(finished[:, :top_n], axis=1),
+        ops.all(ops.logical_or(finished, ops.logical_not(in_top)), axis=1),
         ops.logical_or(
             ops.all(finished, axis=1),
             ops.greater_equal(nth, best_open / final_penalty),
@@ -274,14 +278,14 @@ def beam_loop(
 
 
 def _beam_function(model, key):
-    """The function of ``(source_ids, max_lengths, alpha)`` that
+    """The function of ``(source_ids, max_lengths, alpha, top_n)`` that
     ``beam_search`` compiles for ``key``."""
-    _, max_length, use_cache, ids, beam_size, top_n, form = key
+    _, max_length, use_cache, ids, beam_size, form = key
     if form == "gnmt":
-        return lambda src, lengths, a: beam_loop(
+        return lambda src, lengths, a, top_n: beam_loop(
             model, src, lengths, max_length, use_cache, ids, beam_size, a, top_n
         )
-    return lambda src, lengths, a: transformers_beam_loop(
+    return lambda src, lengths, a, top_n: transformers_beam_loop(
         model,
         src,
         lengths,
@@ -297,9 +301,10 @@ def _beam_function(model, key):
 # -- compilation ------------------------------------------------------------------
 
 
-def _compiled_search(model, key, fn):
-    """The compiled ``fn`` for ``key`` (search and static arguments), made once
-    per model and kept on it."""
+def compiled_function(model, key, fn):
+    """The compiled ``fn`` for ``key`` (the computation and its static
+    arguments: a search, or ``attention_maps``' program), made once per
+    model and kept on it."""
     # Two threads translating at once must share one compiled function per
     # key, or each would trace and compile its own (seconds on TF and JAX).
     with _COMPILE_LOCK:
@@ -426,7 +431,7 @@ def greedy_search(
     )
     forced_end = bool(forced_end) and ids.end is not None
     key = ("greedy", max_length, bool(use_cache), ids, forced_end)
-    run = _compiled_search(
+    run = compiled_function(
         model,
         key,
         lambda src, lengths: greedy_loop(
@@ -494,17 +499,22 @@ def beam_search(
     top_n = int(top_n)
     form = check_length_penalty_form(length_penalty_form)
     if form == "transformers":
-        top_n = beam_size  # its own stopping rule; one compilation
+        top_n = beam_size  # its own stopping rule
     ids = check_special_ids(start_id, end_id, pad_id)
     if form == "transformers" and ids.end is None:
         raise ValueError('length_penalty_form="transformers" needs an end_id.')
     source_ids, max_lengths, max_length = _check_inputs(
         model, source_ids, max_lengths, max_length
     )
-    key = ("beam", max_length, bool(use_cache), ids, beam_size, top_n, form)
-    run = _compiled_search(model, key, _beam_function(model, key))
+    # top_n is an argument of the program, not part of its key: the n best
+    # of any n share the search compiled for the best alone.
+    key = ("beam", max_length, bool(use_cache), ids, beam_size, form)
+    run = compiled_function(model, key, _beam_function(model, key))
     with unchecked_loop(model):
         tokens, scores, log_probs = run(
-            source_ids, max_lengths, np.asarray(alpha, "float32")
+            source_ids,
+            max_lengths,
+            np.asarray(alpha, "float32"),
+            np.asarray(top_n, "int32"),
         )
     return _numpy(tokens), _numpy(scores), _numpy(log_probs)

@@ -4,6 +4,9 @@ Sources and outputs are padded to widths 8, 16, 32, ... (capped by the
 model's ``max_length``), so that a new input length rarely means a new
 compilation of the search; the Keras translator pads to them, its warm-up
 compiles each, and the SavedModel export traces one search per output width.
+``attention_maps`` pads a source to them as well, and its decoder input to
+the model's whole width (one program per source width,
+``Translator.warm_up_attention``).
 """
 
 from keras_transformer.data.batching import bucket_length

@@ -12,15 +12,25 @@ The decoder runs with teacher forcing on a given target (by default the
 translator's own greedy translation), so the weights are those the model uses
 while predicting each target token. ``keras_transformer.translate.plotting`` draws them.
 
+The encoder and decoder run as one compiled program (``backend.compile_loop``)
+per padded source width of ``search.shapes``, as the searches do, with the
+decoder input padded to the model's whole width: a new sentence length
+reuses a program, and ``Translator.warm_up_attention`` compiles them all
+ahead of a server's requests. Padding changes no weight
+that is kept: padded source keys and padded decoder keys are masked to
+exactly zero weight, and the padded queries' rows are cut off.
+
 This module does not import matplotlib.
 """
 
 import dataclasses
 import warnings
 
-import keras
 import numpy as np
+from keras import ops
 
+from keras_transformer._guards import inputs as _inputs
+from keras_transformer.search import decoding, shapes
 from keras_transformer.translate.heat_map import HeatMap
 
 
@@ -95,7 +105,9 @@ def attention_maps(translator, source, target=None):
     """The attention weights of ``translator`` on one sentence pair.
 
     Args:
-        translator: a ``keras_transformer.Translator``.
+        translator: a ``keras_transformer.Translator``. The model its
+            searches run computes the weights: a float32 copy of a
+            mixed-precision transformer, unless ``search_dtype="policy"``.
         source: str, one source sentence. A source longer than the model's
             ``max_length`` is truncated, with a ``UserWarning``, as
             ``Translator.encode_sources`` does.
@@ -119,7 +131,7 @@ def attention_maps(translator, source, target=None):
     for name, value in (("source", source), ("target", target)):
         if value is not None and not isinstance(value, str):
             raise TypeError(f"{name} must be one str. Received: {value!r}")
-    tokenizer, model = translator.tokenizer, translator.transformer
+    tokenizer = translator.tokenizer
     source_ids = translator.encode_sources([source])[0]
     limit = translator.target_max_length
     if target is None:
@@ -135,14 +147,20 @@ def attention_maps(translator, source, target=None):
                 f"decoder input would be longer than the model's "
                 f"max_length={limit}."
             )
-
-    encoder_inputs = np.array([source_ids], "int32")  # (1, S)
-    decoder_inputs = np.array([[tokenizer.start_id, *body]], "int32")  # (1, T)
-    encoder_outputs, encoder_mask, encoder_scores = model.encode(
-        encoder_inputs, return_attention_scores=True
-    )
-    _, self_scores, cross_scores = model.decode(
-        decoder_inputs, encoder_outputs, encoder_mask, return_attention_scores=True
+    # The model the searches run (a float32 copy of a mixed-precision one,
+    # unless search_dtype="policy"): the weights shown are those of the
+    # computation that chose the translation.
+    # The decoder input is padded to the model's whole width: a target's
+    # length, read again from its text, is not bounded by the search's
+    # output limit, so one program per source width serves every target
+    # (warm_up_attention compiles them).
+    encoder_self, decoder_self, cross = attention_weights(
+        translator._search_model(),
+        source_ids,
+        [tokenizer.start_id, *body],
+        translator.source_max_length,
+        limit,
+        target_length=limit or 0,
     )
 
     def pieces(names, ids):
@@ -151,10 +169,99 @@ def attention_maps(translator, source, target=None):
     return AttentionMaps(
         source_tokens=pieces(tokenizer.source_pieces(), source_ids),
         target_tokens=pieces(tokenizer.target_pieces(), [*body, tokenizer.end_id]),
-        encoder_self_attention=_stack(encoder_scores),
-        decoder_self_attention=_stack(self_scores),
-        cross_attention=_stack(cross_scores),
+        encoder_self_attention=encoder_self,
+        decoder_self_attention=decoder_self,
+        cross_attention=cross,
     )
+
+
+def attention_weights(
+    model,
+    source_ids,
+    decoder_ids,
+    source_max_length=None,
+    target_max_length=None,
+    target_length=0,
+):
+    """The attention weights of every layer and head of ``model`` for one
+    source and one decoder input (§3.2.1), computed at padded widths.
+
+    The ids are padded with 0 to ``shapes.width`` of their lengths (capped by
+    the max lengths), and the encoder and the decoder run as one program
+    compiled per model and pair of widths. The encoder's padding mask gives
+    the padded source keys zero weight (self- and cross-attention), the
+    decoder's causal and padding masks the padded decoder keys; the rows of
+    the padded queries are cut off. The weights are those of the unpadded
+    sentences.
+
+    Args:
+        model: a ``Transformer`` (``encode`` and ``decode`` with
+            ``return_attention_scores``).
+        source_ids: list of int, the source ids (the end id last), S of them.
+        decoder_ids: list of int, the start id and the target ids, T of them.
+        source_max_length, target_max_length: the widths' caps (the model's
+            ``max_length``), or None for none.
+        target_length: the decoder input is padded to the width of at
+            least this many positions (``attention_maps``: the model's
+            ``max_length``, one program per source width).
+
+    Returns:
+        float32 NumPy arrays ``(encoder_self (L, H, S, S), decoder_self
+        (L, H, T, T), cross (L, H, T, S))``.
+    """
+    S, T = len(source_ids), len(decoder_ids)
+    src_width = shapes.width(S, source_max_length)
+    tgt_width = shapes.width(max(T, target_length), target_max_length)
+    encoder_inputs = np.zeros((1, src_width), "int32")
+    encoder_inputs[0, :S] = source_ids
+    decoder_inputs = np.zeros((1, tgt_width), "int32")
+    decoder_inputs[0, :T] = decoder_ids
+    # Checked here, on the host: the compiled program leaves the layers'
+    # checks out (each would be a host round trip inside it).
+    for name, ids, size in (
+        ("encoder_inputs", encoder_inputs, getattr(model, "src_vocab_size", None)),
+        ("decoder_inputs", decoder_inputs, getattr(model, "tgt_vocab_size", None)),
+    ):
+        if size is not None:
+            _inputs.check_ids(ids, name, size)
+    run = decoding.compiled_function(
+        model, ("attention", src_width, tgt_width), _program(model)
+    )
+    with decoding.unchecked_loop(model):
+        encoder_self, decoder_self, cross = run(encoder_inputs, decoder_inputs)
+    return (
+        _numpy(encoder_self)[:, :, :S, :S],
+        _numpy(decoder_self)[:, :, :T, :T],
+        _numpy(cross)[:, :, :T, :S],
+    )
+
+
+def _program(model):
+    """The function of ``(encoder_inputs, decoder_inputs)`` that
+    ``attention_weights`` compiles: the three kinds of weights, each as
+    float32 ``(L, H, Q, K)`` of the one row."""
+
+    def stacked(scores):
+        return ops.cast(ops.stack([s[0] for s in scores]), "float32")
+
+    def weights(encoder_inputs, decoder_inputs):
+        encoder_outputs, encoder_mask, encoder_scores = model.encode(
+            encoder_inputs, return_attention_scores=True
+        )
+        # The logits are not returned: XLA leaves their projection out.
+        _, self_scores, cross_scores = model.decode(
+            decoder_inputs,
+            encoder_outputs,
+            encoder_mask,
+            return_attention_scores=True,
+        )
+        return stacked(encoder_scores), stacked(self_scores), stacked(cross_scores)
+
+    return weights
+
+
+def _numpy(x):
+    return np.asarray(ops.convert_to_numpy(x))
 
 
 def _greedy_body(translator, source):
@@ -167,10 +274,3 @@ def _greedy_body(translator, source):
         ids = [int(i) for i in translator.translate_ids([source], beam_size=1)[0]]
     end = translator.end_id
     return ids[: ids.index(end)] if end in ids else ids
-
-
-def _stack(scores):
-    """Per-layer ``(1, H, Q, K)`` tensors -> float32 ``(L, H, Q, K)``."""
-    return np.stack(
-        [keras.ops.convert_to_numpy(s)[0].astype("float32") for s in scores]
-    )

@@ -87,7 +87,7 @@ class TranslatorBase:
 
     and methods: ``engine`` (a property: what translates, in words),
     ``default_batch_size`` (a property) and ``_search_sorted`` (below);
-    optionally ``check_tokenizer`` and ``warm_up``.
+    optionally ``check_tokenizer``, ``warm_up`` and ``warm_up_attention``.
 
     The methods keep no state between calls: several threads may translate
     with one translator at once (an engine that needs a lock takes its own).
@@ -160,6 +160,16 @@ class TranslatorBase:
             nothing).
         """
         self.translate([""], search, **options)
+        return 0
+
+    def warm_up_attention(self):
+        """Compile what ``attention_maps`` runs, for every shape a call can
+        reach (an engine that gives attention, ``gives_attention``).
+
+        Returns:
+            int: the programs compiled (0 here: no attention, nothing to
+            compile).
+        """
         return 0
 
     # -- text ---------------------------------------------------------------------

@@ -19,7 +19,8 @@ model (``keras_transformer.search``):
   takes the same widths, and batches have a power-of-two number of rows
   (padding rows are all 0 and generate nothing), so the compiled decoding
   loop is built once per (rows, source width, output width, beam size), not
-  once per call. Padding does not change the result: the encoder's padding
+  once per call; ``attention_maps`` pads a sentence pair to these widths
+  too. Padding does not change the result: the encoder's padding
   mask hides padded sources from cross-attention, and the causal mask hides
   positions after the prefix.
 - The decoder starts from ``START_ID``. ``PAD_ID`` and ``START_ID`` are
@@ -323,6 +324,21 @@ class Translator(TranslatorBase, keras.Model):
             int: the searches run, one per (source width, output width).
         """
         search = self.search_options(search, **options)
+        sizes = self._search_shapes(search)
+        model = self._search_model()
+        rows = search.batch_size_or(self.default_batch_size)
+        for length, limit in sizes.values():
+            # Any ids compile the same program; the output width comes from
+            # the largest limit, and the other rows stop after one token.
+            source = [self.unk_id] * (length - 1) + [self.end_id]
+            self._decode_batch(
+                model, [source] * rows, [limit] + [1] * (rows - 1), search, top_n=1
+            )
+        return len(sizes)
+
+    def _search_shapes(self, search):
+        """``{(source width, output width): (source length, output limit)}``
+        of every source a search with these options can be given."""
         sizes = {}
         # An empty source (length 1: the end id) is never searched.
         for length in range(2, (self.source_max_length or 256) + 1):
@@ -331,18 +347,33 @@ class Translator(TranslatorBase, keras.Model):
                 shapes.width(length, self.source_max_length),
                 shapes.width(limit, self.target_max_length),
             )
-            sizes.setdefault(key, length)
+            sizes.setdefault(key, (length, limit))
+        return sizes
+
+    def warm_up_attention(self):
+        """Compile ``attention_maps``' program for every source width, so
+        that no map compiles while a server's requests wait (``/explain``).
+        The decoder input is padded to the model's whole width: one
+        program per source width serves every target.
+
+        Returns:
+            int: the programs run, one per source width.
+        """
+        from keras_transformer.translate.attention_maps import attention_weights
+
         model = self._search_model()
-        rows = search.batch_size_or(self.default_batch_size)
-        for length in sizes.values():
-            # Any ids compile the same program; the output width comes from
-            # the largest limit, and the other rows stop after one token.
-            source = [self.unk_id] * (length - 1) + [self.end_id]
-            limits = [self.output_limit(length - 1, search.max_output_length)]
-            self._decode_batch(
-                model, [source] * rows, limits + [1] * (rows - 1), search, top_n=1
+        lengths = _length_per_width(self.source_max_length)
+        for length in lengths:
+            # Any ids compile the same program.
+            attention_weights(
+                model,
+                [self.unk_id] * (length - 1) + [self.end_id],
+                [self.start_id],
+                self.source_max_length,
+                self.target_max_length,
+                target_length=self.target_max_length or 0,
             )
-        return len(sizes)
+        return len(lengths)
 
     def _search_sorted(self, sources, limits, search, top_n, report):
         batch_size = search.batch_size_or(self.default_batch_size)
@@ -409,3 +440,11 @@ class Translator(TranslatorBase, keras.Model):
                 hypotheses.append((row, score))
             outputs.append(hypotheses)
         return outputs
+
+
+def _length_per_width(max_length):
+    """The longest length (from 1 to ``max_length``) of each padded width."""
+    lengths = {}
+    for length in range(1, (max_length or 256) + 1):
+        lengths[shapes.width(length, max_length)] = length
+    return sorted(lengths.values())
