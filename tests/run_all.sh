@@ -3,7 +3,8 @@
 #
 # 1. creates a fresh virtual environment ($VENV, default <repo>/.venv-test),
 # 2. installs the package with its test extras, pinned by constraints.txt
-#    (and, as root, Debian's chromium and chromium-driver for the page tests):
+#    (and, as root, Debian's chromium and chromium-driver for the page tests
+#    and redis-server for the rate-limit tests):
 #        uv pip install -c constraints.txt -e ".[test]"
 #    (uv from PyPI, with pip's settings; pip itself if uv fails:
 #        pip install --no-compile -c constraints.txt -e ".[test]"),
@@ -219,23 +220,31 @@ for name in ("keras", "tensorflow", "jax", "torch", "keras-hub", "numpy"):
     except md.PackageNotFoundError:
         print(f"    {name}: not installed")
 EOF
-# The page tests drive Debian's chromium through chromium-driver (system
+# The page tests drive Debian's chromium through chromium-driver, and the
+# rate-limit tests share their limits through Debian's redis-server (system
 # packages, not pip's): installed here when missing and this runs as root.
+apt_packages=()
 if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then
+    apt_packages+=(chromium chromium-driver)
+fi
+if ! command -v redis-server >/dev/null; then
+    apt_packages+=(redis-server)
+fi
+if [[ ${#apt_packages[@]} -gt 0 ]]; then
     if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null; then
-        echo "==> apt-get install chromium chromium-driver (the page tests' browser)"
+        echo "==> apt-get install ${apt_packages[*]} (the page tests' browser, the rate-limit tests' Redis)"
         apt_log="$logs/apt.log"
         if ! { DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
-                chromium chromium-driver >"$apt_log" 2>&1 ||
+                "${apt_packages[@]}" >"$apt_log" 2>&1 ||
             { apt-get update -q >>"$apt_log" 2>&1 &&
                 DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
-                    chromium chromium-driver >>"$apt_log" 2>&1; }; }; then
+                    "${apt_packages[@]}" >>"$apt_log" 2>&1; }; }; then
             tail -n 20 "$apt_log"
-            echo "could not install chromium and chromium-driver; the page tests will fail"
+            echo "could not install ${apt_packages[*]}; the page or rate-limit tests will fail"
         fi
     else
-        echo "==> no chromium or chromedriver, and not root: install Debian's chromium and"
-        echo "    chromium-driver (apt-get install chromium chromium-driver); the page tests fail without"
+        echo "==> missing ${apt_packages[*]}, and not root: install Debian's packages"
+        echo "    (apt-get install ${apt_packages[*]}); the page or rate-limit tests fail without"
     fi
 fi
 children_cpu

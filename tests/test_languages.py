@@ -14,7 +14,7 @@ from keras_transformer.data.languages import (
 )
 from keras_transformer.pretrained.marian_export import tokenizer_config
 from keras_transformer.pretrained.preset import checkpoint_languages
-from keras_transformer.serving.app import _languages
+from keras_transformer.serving.searcher import languages as _languages
 from keras_transformer.translate.evaluation import load_translator
 from keras_transformer.translate.keras_translator import Translator
 from tests.test_serve import FIXTURE

@@ -103,11 +103,14 @@ class Server:
         finally:
             connection.close()
 
-    def translate(self, texts, **options):
-        return self.request("POST", "/translate", {"texts": texts, **options})
+    def translate(self, texts, source=None, **options):
+        return self.request(
+            "POST", "/translate", {"texts": texts, **options}, source=source
+        )
 
-    def metric(self, name, labels=""):
-        _, _, text = self.request("GET", "/metrics")
+    def metric(self, name, labels="", key=None):
+        headers = {"Authorization": f"Bearer {key}"} if key else None
+        _, _, text = self.request("GET", "/metrics", headers=headers)
         pattern = re.escape(name) + (re.escape("{" + labels + "}") if labels else "")
         found = re.search(rf"^{pattern} (\S+)$", text.decode(), re.MULTILINE)
         return float(found.group(1)) if found else 0.0
@@ -538,7 +541,9 @@ def test_a_request_is_encoded_once_and_its_batch_sorted_once(translator):
 
     expected = translator.translate(SENTENCES)
     best = translator.n_best(SENTENCES[:2], n=2)
-    settings = Settings(beam_sizes=(4,), max_wait_ms=500, languages=("en", "de"))
+    settings = Settings(
+        beam_sizes=(4,), max_wait_ms=500, source_lang="en", target_lang="de"
+    )
     service = Service(lambda: translator, "translator", "0", settings)
     sock = listen("127.0.0.1", 0)
     port = sock.getsockname()[1]

@@ -33,7 +33,10 @@ from tests.test_serve import FIXTURE, Server
 pytestmark = pytest.mark.once
 
 # One beam size: half the warm-up's compilations.
-OPTIONS = ("--model", FIXTURE, "--beam-sizes", "4")
+OPTIONS = (
+    "--model", FIXTURE, "--beam-sizes", "4", "--source-lang", "en",
+    "--target-lang", "de",
+)  # fmt: skip
 # Time limits cut to what a test can wait for, and 127.0.0.2 a trusted proxy.
 LIMITS = dict(
     header_timeout=1.5,
@@ -202,6 +205,75 @@ def test_access_logs_go_to_stderr_and_x_forwarded_for_needs_a_trusted_proxy(
         "untrusted": "127.0.0.1",
         "trusted": "203.0.113.7",
     }, lines
+
+
+def test_markup_that_was_quadratic_is_answered_at_once_and_health_waits_not(
+    server,
+):
+    """HTML that the standard library's parser took 6 to 98 s to read
+    (100,000 characters each): each is answered within seconds, and
+    ``/health``, asked every 20 ms meanwhile, within a second each time."""
+    documents = [
+        "<a\n" * 33_000,
+        "<![[>\n" * 16_600,
+        "<!--" + "a<" * 49_000,
+        "<a b='\"' c=\"'\" " * 6_000,
+    ]
+    health, done = [], []
+
+    def probe():
+        while not done:
+            started = time.monotonic()
+            status, _, _ = server.request("GET", "/health", timeout=30)
+            health.append((status, time.monotonic() - started))
+            time.sleep(0.02)
+
+    with ThreadPoolExecutor(1) as pool:
+        probing = pool.submit(probe)
+        try:
+            for document in documents:
+                started = time.monotonic()
+                status, _, body = server.request(
+                    "POST", "/translate",
+                    {"q": document, "source": "en", "target": "de", "format": "html"},
+                )  # fmt: skip
+                took = time.monotonic() - started
+                assert status == 200 and took < 5, (status, took, str(body)[:200])
+                # No text runs: the markup comes back as it was.
+                assert body["translatedText"] == document
+        finally:
+            done.append(True)
+            probing.result()
+    assert health and all(status == 200 for status, _ in health)
+    assert max(seconds for _, seconds in health) < 1.0, health
+
+
+def test_what_the_connection_refuses_is_json_and_counted(server):
+    """A request that is not HTTP (``Content-Length: abc``) is a JSON 400,
+    uvicorn's plain text before; a body late by the body timeout is a 408
+    counted as such, not as a client that went away."""
+    before = {
+        kind: server.metric("kt_serve_errors_total", f'kind="{kind}"')
+        for kind in ("bad_http", "body_timeout", "disconnected")
+    }
+    with connect(server) as sock:
+        sock.settimeout(10)
+        sock.sendall(HEAD + b"Content-Length: abc\r\n\r\n")
+        code, headers, body = answer_of(read_to_the_end(sock))
+    assert (code, headers["content-type"]) == (400, "application/json"), headers
+    assert "not valid HTTP" in json.loads(body)["error"]
+    with connect(server) as half:
+        half.sendall(HEAD + b"Content-Length: 100\r\n\r\n{")
+        half.settimeout(LIMITS["body_timeout"] + 3)
+        assert answer_of(read_to_the_end(half))[0] == 408
+    after = {
+        kind: server.metric("kt_serve_errors_total", f'kind="{kind}"')
+        for kind in before
+    }
+    assert after["bad_http"] == before["bad_http"] + 1, after
+    assert after["body_timeout"] == before["body_timeout"] + 1, after
+    assert after["disconnected"] == before["disconnected"], after
+    assert server.metric("kt_serve_requests_total", 'code="408",path="/translate"') >= 1
 
 
 def test_sigterm_408s_a_half_sent_body_and_the_deadline_503s_what_is_held(server):

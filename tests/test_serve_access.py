@@ -9,15 +9,25 @@ for the API, the metrics and the page; a caller over its rate gets 429 with
 Retry-After while another key's answers are unchanged; a request over the
 character limit is a 413 naming it; the metrics count by key without
 showing it; the page works with a key typed once; a non-loopback host
-without keys, and a bad key file, stop the command before the model loads.
+without keys, and a bad key file, stop the command before the model loads;
+the access log shows no key.
+
+Without a server: the key file's rules; the rate limiter (the ``limits``
+package's moving window) in memory and in a real Redis (``redis-server``,
+tests/redis_server.py) that two limiters share, stopped and frozen under
+them; the filter that takes keys out of the logs.
 """
 
+import asyncio
 import concurrent.futures
 import hashlib
 import json
+import logging
 import os
+import socket
 import subprocess
 import sys
+import time
 import urllib.error
 
 import numpy as np
@@ -26,11 +36,14 @@ import pytest
 from keras_transformer.translate.base import TranslatorBase
 from keras_transformer.translate.evaluation import load_translator
 from tests import browser
+from tests.redis_server import RedisServer, free_port
 from tests.test_serve import FIXTURE, ROOT, SENTENCES, Server, libretranslate
 
 KEYS = {"clear": "alpha-7f3c9e", "hashed": "bravo-51d2aa", "flood": "charlie-0b8e4d"}
 REQ_LIMIT = 20
 CHAR_LIMIT = 120
+# Failed authentications a minute per address: 127.0.0.1's tests fail fewer.
+AUTH_FAIL_LIMIT = 12
 
 pytestmark = pytest.mark.once
 
@@ -56,7 +69,9 @@ def server(key_file):
         "tests.serve_harness", "--model", FIXTURE, "--source-lang", "en",
         "--target-lang", "de", "--api-keys", str(key_file),
         "--req-limit", str(REQ_LIMIT), "--char-limit", str(CHAR_LIMIT),
+        "--auth-fail-limit", str(AUTH_FAIL_LIMIT),
         "--beam-sizes", "4",  # the one these tests use: a shorter warm-up
+        "--access-log",  # which must show no key
     )  # fmt: skip
     yield running
     assert running.stop() == 0, "".join(running.stderr)
@@ -115,6 +130,54 @@ def test_metrics_count_by_key_without_showing_it(server):
         assert hashlib.sha256(key.encode()).hexdigest()[:16] not in text
 
 
+def test_one_key_reader_for_every_endpoint(server):
+    """The api_key field wins over a Bearer header on /translate, /explain
+    and /metrics alike, and a scrape is counted under its caller."""
+    wrong, right = "not-a-key", KEYS["clear"]
+    metrics = "/metrics?api_key={}"
+    for field, header, expected in ((wrong, right, 403), (right, wrong, 200)):
+        bearer = {"Authorization": f"Bearer {header}"}
+        calls = [
+            ("POST", "/translate", {"texts": ["seven"], "api_key": field}),
+            ("POST", "/explain", {"text": "seven", "api_key": field}),
+            ("GET", metrics.format(field), None),
+        ]
+        for method, path, body in calls:
+            status, _, _ = server.request(method, path, body, headers=bearer)
+            assert status == expected, (path, field, header, status)
+    _, _, text = server.request(
+        "GET", metrics.format(right), headers={"Authorization": f"Bearer {wrong}"}
+    )
+    # The clear key is the file's second line; its scrapes are counted.
+    assert 'kt_serve_caller_requests_total{caller="key2",code="200"}' in text.decode()
+
+
+def test_failed_authentications_are_throttled_per_address(server):
+    """Past AUTH_FAIL_LIMIT missing or wrong keys a minute, an address gets
+    429 with Retry-After whatever key it sends; other addresses do not."""
+    guesser = "127.0.0.7"
+    statuses = [
+        server.translate(["seven"], api_key=f"guess-{i}", source=guesser)[0]
+        if i % 2
+        else server.request(
+            "GET", "/metrics", headers={"Authorization": f"Bearer guess-{i}"},
+            source=guesser,
+        )[0]
+        for i in range(AUTH_FAIL_LIMIT + 3)
+    ]  # fmt: skip
+    assert statuses == [403] * AUTH_FAIL_LIMIT + [429] * 3, statuses
+    status, headers, body = server.translate(
+        ["seven"], api_key=KEYS["clear"], source=guesser
+    )
+    assert status == 429 and "failed authentications" in body["error"], body
+    assert 50 <= int(headers["retry-after"]) <= 60, headers
+    assert server.translate(["seven"], api_key=KEYS["hashed"])[0] == 200
+    throttled = server.metric(
+        "kt_serve_errors_total", 'kind="auth_throttled"', key=KEYS["clear"]
+    )
+    assert throttled >= 4
+
+
 def test_the_character_limit_is_a_413_naming_it(server):
     text = "one " * 40  # 160 characters
     status, body = refusal(
@@ -145,15 +208,99 @@ def test_a_caller_over_its_rate_gets_429_and_the_others_are_answered(
         flooded = [call() for call in flood]
         answers = [future.result() for future in other]
     statuses = [status for status, _, _ in flooded]
-    # A bucket refills one token every 60 / REQ_LIMIT = 3 s.
-    assert REQ_LIMIT <= statuses.count(400) <= REQ_LIMIT + 1, statuses
-    assert statuses.count(429) == len(flood) - statuses.count(400)
+    # A moving window: REQ_LIMIT in any minute, then none until the first
+    # of them is a minute old.
+    assert statuses.count(400) == REQ_LIMIT, statuses
+    assert statuses.count(429) == len(flood) - REQ_LIMIT
     _, headers, body = flooded[-1]
-    assert int(headers["retry-after"]) >= 1 and "Too many requests" in body["error"]
+    assert 50 <= int(headers["retry-after"]) <= 60, headers
+    assert "Too many requests" in body["error"]
     assert [status for status, _, _ in answers] == [200] * 4
     assert [body["translations"][0] for _, _, body in answers] == translator.translate(
         SENTENCES[:4]
     )
+
+
+def test_the_access_log_shows_no_key(server):
+    """Keys in query strings (the name in any case, percent-encoded), and in
+    a request that is not valid HTTP: the log has each request line with
+    ``api_key=[redacted]``, and no key anywhere."""
+    paths = [
+        f"/metrics?api_key={KEYS['clear']}",
+        f"/health?probe=1&API_Key={KEYS['hashed']}",
+        f"/health?probe=2&%61pi%5Fkey={KEYS['flood']}&after=x",
+    ]
+    for path in paths:
+        status, _, _ = server.request("GET", path)
+        assert status == 200, path
+    with socket.create_connection((server.host, server.port), timeout=10) as sock:
+        sock.sendall(
+            f"GET /health?api_key={KEYS['clear']} HTTP/1.1\r\nHost: x\r\n"
+            "Content-Length: abc\r\n\r\n".encode()
+        )
+        assert sock.recv(65536).startswith(b"HTTP/1.1 400")
+    expected = [
+        '"GET /metrics?api_key=[redacted] HTTP/1.1" 200',
+        '"GET /health?probe=1&API_Key=[redacted] HTTP/1.1" 200',
+        '"GET /health?probe=2&%61pi%5Fkey=[redacted]&after=x HTTP/1.1" 200',
+        "Invalid HTTP request received.",
+    ]
+    for _ in range(50):  # the reader thread may be behind
+        log = "".join(server.stderr)
+        if all(line in log for line in expected):
+            break
+        time.sleep(0.1)
+    assert all(line in log for line in expected), log[-3000:]
+    for key in KEYS.values():
+        assert key not in log
+
+
+def test_keys_are_redacted_from_every_log_record():
+    """The filter of every handler of kt-serve's logging, on records made as
+    uvicorn makes them: an access record (its request line is its third
+    argument), an error's message and its traceback."""
+    import uvicorn.logging
+
+    from keras_transformer.serving import server as kt_server
+
+    config = kt_server.log_config()
+    assert all(h["filters"] == ["keys"] for h in config["handlers"].values())
+    keys = config["filters"]["keys"]["()"]()
+    access = uvicorn.logging.AccessFormatter(
+        fmt=config["formatters"]["access"]["fmt"], use_colors=False
+    )
+    default = uvicorn.logging.DefaultFormatter(
+        fmt=config["formatters"]["default"]["fmt"], use_colors=False
+    )
+    key = "alpha-key-0001"
+    for query, shown in [
+        (f"api_key={key}", "api_key=[redacted]"),
+        (f"q=1&API_KEY={key}&source=en", "q=1&API_KEY=[redacted]&source=en"),
+        (f"api%5Fkey={key}", "api%5Fkey=[redacted]"),
+        (f"%41PI%5fkey={key}%26more", "%41PI%5fkey=[redacted]"),
+        (f"api_key={key}&api_key={key}", "api_key=[redacted]&api_key=[redacted]"),
+        ("q=api_keys&source=en", "q=api_keys&source=en"),
+    ]:
+        record = logging.LogRecord(
+            "uvicorn.access", logging.INFO, __file__, 1, '%s - "%s %s HTTP/%s" %d',
+            ("127.0.0.1:5000", "POST", f"/translate?{query}", "1.1", 200), None,
+        )  # fmt: skip
+        assert keys.filter(record)
+        assert access.format(record) == (
+            f'INFO:     127.0.0.1:5000 - "POST /translate?{shown} HTTP/1.1" 200 OK'
+        )
+    try:
+        raise ValueError(f"cannot read http://h/translate?api_key={key}")
+    except ValueError as error:
+        failed = (type(error), error, error.__traceback__)
+    for args, exc_info in [((f"/x?api_key={key}",), None), ((), failed)]:
+        record = logging.LogRecord(
+            "uvicorn.error", logging.ERROR, __file__, 1,
+            "failed: %s" if args else "Exception in ASGI application", args, exc_info,
+        )  # fmt: skip
+        assert keys.filter(record)
+        line = default.format(record)
+        assert key not in line and "api_key=[redacted]" in line, line
 
 
 def test_the_page_works_with_a_key(server, translator, tmp_path):
@@ -224,11 +371,26 @@ def test_a_key_file_is_read_and_its_mistakes_named(tmp_path):
         "key2", "key4", None, None, None, None,
     ]  # fmt: skip
     assert ring.name_of(f"sha256:{digest}") is None
+    # A byte-order mark (Windows editors write one) is not part of a line;
+    # SHA256: in capitals is a hashed key too.
+    for text, names in [
+        ("\ufeff# keys\neins\n", [None, "key2"]),  # the comment is no key
+        (f"\ufeffsha256:{digest}\neins\n", ["key1", "key2"]),
+        (f"\ufeffSHA256:{digest.upper()}\n", ["key1", None]),
+    ]:
+        path.write_text(text, encoding="utf-8")
+        ring = KeyRing.read(path)
+        assert [ring.name_of(k) for k in ("zwei", "eins")] == names, text
+        assert len(ring) == len([name for name in names if name])
     for text, words in [
         ("eins\neins\n", "line 2: the same key as key1"),
         (f"eins\nsha256:{digest}\nzwei\n", "line 3: the same key as key2"),
         ("sha256:xyz\n", "line 1: a hashed key is sha256: and 64 hex digits"),
+        ("SHA256:xyz\n", "line 1: a hashed key is sha256: and 64 hex digits"),
         ("# only a comment\n\n", "no API keys in the file"),
+        ("eins\nzwei # the second\n", "line 2: a key is one token, without whitespace"),
+        ("ein\ts\n", "line 1: a key is one token"),
+        (f"sha256:{digest} # zwei\n", "line 1: a key is one token"),
     ]:
         path.write_text(text)
         with pytest.raises(KeyFileError, match=words) as refused:
@@ -236,25 +398,243 @@ def test_a_key_file_is_read_and_its_mistakes_named(tmp_path):
         assert "keys.txt" in str(refused.value)
 
 
-def test_the_rate_limiter_is_a_token_bucket_per_caller():
+def test_the_rate_limiter_counts_each_bucket_in_any_window():
+    """In memory. A one-second window shows the refill without waiting a
+    minute; the minute's Retry-After is read, not waited for."""
     from keras_transformer.serving.access import RateLimiter
 
-    now = [0.0]
-    limiter = RateLimiter(3, clock=lambda: now[0])
-    assert [limiter.take("a") for _ in range(4)] == [0, 0, 0, 20]
-    assert limiter.take("b") == 0  # another caller's bucket is full
-    now[0] = 19.0
-    assert limiter.take("a") == 1  # 0.95 of a token: one more second
-    now[0] = 20.0
-    assert limiter.take("a") == 0
-    now[0] = 1000.0  # a long pause refills to the burst, not beyond
-    assert [limiter.take("a") for _ in range(4)] == [0, 0, 0, 20]
-    limiter.SWEEP_AT = 2
-    limiter.take("c")  # "b", full again, is forgotten; "a" is not
-    assert set(limiter._buckets) == {"a", "c"}
+    async def run():
+        limiter = RateLimiter(3, window=1)
+        started = time.monotonic()
+        takes = [await limiter.take("a") for _ in range(4)]
+        others = [await limiter.take("b"), await limiter.blocked("b")]
+        # blocked counts nothing: "b" has two requests left, then none.
+        others += [await limiter.take("b") for _ in range(3)]
+        full = [await limiter.blocked("a"), await limiter.blocked("a")]
+        for _ in range(3):  # failed authentications, say
+            await limiter.count("c")
+        await limiter.count("c")  # a full bucket stays full
+        counted = [await limiter.blocked("c"), await limiter.take("c")]
+        await asyncio.sleep(max(0.0, started + 1.05 - time.monotonic()))
+        refilled = [await limiter.take(bucket) for bucket in "abc"]
+        minute = RateLimiter(2)  # a minute's window by default
+        waits = [await minute.take("a") for _ in range(3)]
+        await limiter.close()
+        return takes, others, full, counted, refilled, waits
+
+    takes, others, full, counted, refilled, waits = asyncio.run(run())
+    assert takes == [0, 0, 0, 1]
+    assert others == [0, 0, 0, 0, 1]
+    assert full == [1, 1] and counted == [1, 1]
+    assert refilled == [0, 0, 0]
+    assert waits[:2] == [0, 0] and 59 <= waits[2] <= 60
     for bad, error in ((0, ValueError), (2.5, TypeError), (True, TypeError)):
         with pytest.raises(error):
             RateLimiter(bad)
+        with pytest.raises(error):
+            RateLimiter(3, window=bad)
+    with pytest.raises(ValueError, match="'open' or 'closed'"):
+        RateLimiter(3, on_storage_error="fail")
+
+
+def test_rate_limit_storages_are_checked():
+    from keras_transformer.serving.access import RateLimiter
+
+    for uri in (
+        "memcached://127.0.0.1:11211",
+        "async+redis://127.0.0.1:6379",
+        "redis://127.0.0.1",  # no port
+        "redis://127.0.0.1:port",
+        "redis://127.0.0.1:6379/zero",
+        "redis+unix://",
+        "memory://elsewhere",
+        "http://:s3cret@127.0.0.1:6379",
+        "",
+    ):
+        with pytest.raises(ValueError, match="give memory://, redis://") as refused:
+            RateLimiter(3, uri)
+        assert "redis+unix:///PATH" in str(refused.value), uri
+        assert "s3cret" not in str(refused.value)
+    with pytest.raises(TypeError):
+        RateLimiter(3, None)
+    for uri in (
+        "MEMORY://",
+        "redis://127.0.0.1:1/2",
+        "rediss://h:6380",
+        "redis+unix:///r.sock",
+    ):
+        assert RateLimiter(3, uri).per_minute == 3  # connects only when asked
+
+
+@pytest.fixture
+def redis():
+    with RedisServer() as server:
+        yield server
+
+
+def test_limiters_on_one_redis_share_each_bucket(redis):
+    """Two servers' limiters (one on the Unix socket) with one prefix: one
+    allowance per bucket between them; another prefix, another allowance."""
+    from keras_transformer.serving.access import RateLimiter
+
+    async def run():
+        one = RateLimiter(5, redis.url, prefix="kt-serve:test")
+        two = RateLimiter(5, redis.unix_url, prefix="kt-serve:test")
+        other = RateLimiter(5, redis.url, prefix="kt-serve:elsewhere")
+        shared = await asyncio.gather(
+            *(limiter.take("key1") for _ in range(5) for limiter in (one, two))
+        )
+        apart = [await one.take("key2"), await other.take("key1")]
+        blocked = [await two.blocked("key1"), await two.blocked("key2")]
+        for _ in range(4):
+            await two.count("key2")
+        counted = await one.take("key2")
+        short = RateLimiter(2, redis.url, prefix="kt-serve:short", window=1)
+        started = time.monotonic()
+        burst = [await short.take("a") for _ in range(3)]
+        await asyncio.sleep(max(0.0, started + 1.05 - time.monotonic()))
+        burst.append(await short.take("a"))
+        for limiter in (one, two, other, short):
+            await limiter.close()
+        return shared, apart, blocked, counted, burst
+
+    shared, apart, blocked, counted, burst = asyncio.run(run())
+    assert shared.count(0) == 5, shared
+    assert all(59 <= wait <= 60 for wait in shared if wait), shared
+    assert apart == [0, 0]
+    assert 59 <= blocked[0] <= 60 and blocked[1] == 0
+    assert 59 <= counted <= 60  # key2: one take and four counts
+    assert burst == [0, 0, 1, 0]
+
+
+def test_a_redis_outage_lets_requests_through_or_refuses_them_quickly(redis, caplog):
+    """Redis stopped (connections refused), then frozen (SIGSTOP:
+    connections open, nothing answers): "open" lets each request through,
+    "closed" refuses it, each within the time limits; one warning an
+    outage; once Redis is back, requests are limited again. A password is
+    in no message."""
+    from keras_transformer.serving.access import LimitStorageError, RateLimiter
+
+    async def timed(call):
+        started = time.monotonic()
+        try:
+            answer = await call
+        except LimitStorageError as error:
+            answer = error
+        return answer, time.monotonic() - started
+
+    async def run():
+        opened = RateLimiter(2, redis.url)
+        closed = RateLimiter(2, redis.url, on_storage_error="closed")
+        seen = {"up": [await opened.take("k"), await closed.blocked("k")]}
+        redis.stop()
+        seen["stopped"] = [await timed(opened.take("k")) for _ in range(5)]
+        seen["stopped"] += [
+            await timed(closed.take("k")),
+            await timed(closed.count("k")),
+        ]
+        redis.start()  # on the same port, empty
+        seen["back"] = [await opened.take("k") for _ in range(3)]
+        redis.pause()
+        seen["frozen"] = [
+            await timed(opened.take("k")),
+            await timed(closed.blocked("k")),
+        ]
+        redis.resume()
+        seen["thawed"] = [await closed.take("j") for _ in range(3)]
+        secret = RateLimiter(
+            2, f"redis://:s3cret@127.0.0.1:{free_port()}", on_storage_error="closed"
+        )
+        seen["secret"] = await timed(secret.take("k"))
+        for limiter in (opened, closed, secret):
+            await limiter.close()
+        return seen
+
+    with caplog.at_level(logging.INFO, logger="kt_serve"):
+        seen = asyncio.run(run())
+    assert seen["up"] == [0, 0]
+    stopped = seen["stopped"]
+    assert [answer for answer, _ in stopped[:5]] == [0] * 5
+    for error, _ in stopped[5:]:
+        assert isinstance(error, LimitStorageError), error
+        assert f"the rate-limit storage {redis.url} is unreachable" in str(error)
+    assert max(took for _, took in stopped) < 2.0, stopped
+    assert seen["back"][:2] == [0, 0] and seen["back"][2] >= 59
+    (opened, took_open), (refused, took_closed) = seen["frozen"]
+    assert opened == 0 and isinstance(refused, LimitStorageError), seen["frozen"]
+    assert took_open < 2.0 and took_closed < 2.0, seen["frozen"]
+    assert seen["thawed"][:2] == [0, 0] and seen["thawed"][2] >= 59
+    error, took = seen["secret"]
+    assert isinstance(error, LimitStorageError) and took < 2.0
+    assert "s3cret" not in str(error) and "redis://127.0.0.1:" in str(error)
+    lines = [(r.levelno, r.getMessage()) for r in caplog.records]
+    assert not any("s3cret" in line for _, line in lines), lines
+    ours = [line for _, line in lines if redis.url in line]
+    assert [line.split(" (")[0] for line in ours] == [
+        f"the rate-limit storage {redis.url} is unreachable",  # stopped
+        f"the rate-limit storage {redis.url} answers again",
+        f"the rate-limit storage {redis.url} is unreachable",  # frozen
+        f"the rate-limit storage {redis.url} answers again",
+    ], ours
+    assert ours[0].endswith("requests are let through unlimited until it answers")
+    assert [level for level, line in lines if redis.url in line] == [
+        logging.WARNING, logging.INFO, logging.WARNING, logging.INFO,
+    ]  # fmt: skip
+
+
+class Asking:
+    """What ``Callers`` reads of a request: its headers and address."""
+
+    def __init__(self, address="127.0.0.1"):
+        self.headers = {}
+        self.client = type("Client", (), {"host": address})()
+
+
+def test_while_redis_is_down_a_client_is_served_or_told_503_never_500(redis, key_file):
+    """The server's side of an outage: a replica set to fail open serves
+    the request uncounted; one set to fail closed answers 503 in the API's
+    error shape, naming neither Redis nor its error; a wrong key is still
+    a 403 on the one that fails open."""
+    from keras_transformer.serving.callers import Callers
+    from keras_transformer.serving.requests import RequestError
+    from keras_transformer.serving.settings import Settings
+
+    def callers(down):
+        return Callers(
+            Settings(
+                api_keys=str(key_file), req_limit=5, req_limit_storage=redis.url,
+                req_limit_storage_down=down,
+            )
+        )  # fmt: skip
+
+    async def ask(gate, key):
+        fields = {"api_key": key}
+        try:
+            name = await gate.identify(Asking(), fields)
+            await gate.limit(Asking(), name)
+            return name
+        except RequestError as error:
+            return error
+
+    async def run():
+        opened, closed = callers("open"), callers("closed")
+        up = [await ask(gate, KEYS["clear"]) for gate in (opened, closed)]
+        redis.stop()
+        down = [await ask(gate, KEYS["clear"]) for gate in (opened, closed)]
+        wrong = await ask(opened, "wrong")
+        redis.start()
+        for gate in (opened, closed):
+            await gate.close()
+        return up, down, wrong
+
+    up, (served, refused), wrong = asyncio.run(run())
+    assert up == ["key2", "key2"] and served == "key2"
+    assert isinstance(refused, RequestError), refused
+    assert (refused.status, refused.kind, refused.retry_after) == (
+        503, "limits_down", 1,
+    )  # fmt: skip
+    assert "retry shortly" in refused.message and "redis" not in refused.message
+    assert isinstance(wrong, RequestError) and wrong.status == 403
 
 
 class LengthTokenizer:
@@ -272,12 +652,13 @@ class SeveralTargets(TranslatorBase):
 
 
 def test_a_model_into_several_languages_serves_each_of_its_targets():
-    from keras_transformer.serving.app import Service
     from keras_transformer.serving.libretranslate import (
         languages_answer,
         parse_libretranslate,
     )
     from keras_transformer.serving.requests import Limits, RequestError
+    from keras_transformer.serving.searcher import Searcher
+    from keras_transformer.serving.settings import Settings
 
     def encode(texts, target_language):
         # The target-language token's id, a piece's, the end id.
@@ -307,14 +688,11 @@ def test_a_model_into_several_languages_serves_each_of_its_targets():
     assert refused.value.status == 413
     # The server's encoder leads each text with its target-language token,
     # and refuses, as the client's error, a request that names none.
-    service = Service(lambda: None, "m", "0")
-    service.translator = SeveralTargets()
-    try:
-        assert service._encode(["eins"], "fr") == [[len(">>fr<< eins"), 2]]
-        with pytest.raises(RequestError, match="give target_language") as refused:
-            service._encode(["eins"])
-    finally:
-        service.executor.shutdown()
+    searcher = Searcher(lambda: None, Settings(), metrics=None)
+    searcher.translator = SeveralTargets()
+    assert searcher.encode(["eins"], "fr") == [[len(">>fr<< eins"), 2]]
+    with pytest.raises(RequestError, match="give target_language") as refused:
+        searcher.encode(["eins"])
     assert refused.value.status == 400
     assert languages_answer(("de", "mul"), ("es", "fr")) == [
         {"code": "de", "name": "German", "targets": ["es", "fr"]},

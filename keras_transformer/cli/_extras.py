@@ -26,7 +26,13 @@ NEEDS = {
     ),
     "serve": (
         "kt-serve",
-        {"starlette": "serve", "uvicorn": "serve", "prometheus_client": "serve"},
+        {
+            "starlette": "serve",
+            "uvicorn": "serve",
+            "prometheus_client": "serve",
+            "limits": "serve",
+            "redis": "serve",
+        },
     ),
     "plot": ("kt-attention", {"matplotlib": "plot"}),
     "pretrained": (

@@ -33,6 +33,7 @@ Keras nor a backend nor TensorFlow. docs/serving.md has the rest.
 """
 
 import argparse
+import dataclasses
 import hashlib
 import ipaddress
 import os
@@ -46,17 +47,7 @@ from keras_transformer.cli._arguments import (
 )
 from keras_transformer.cli._extras import exit_if_missing, require
 from keras_transformer.cli._process import prepare_process, start_engine
-
-
-def non_negative_ms(text):
-    """argparse type: milliseconds >= 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not 0 <= value <= 60_000:
-        raise argparse.ArgumentTypeError(f"must be in [0, 60000], got {text}")
-    return value
+from keras_transformer.serving import settings as serving_settings
 
 
 def model_version(path):
@@ -83,6 +74,8 @@ def model_name(path):
 
 
 def parser():
+    """kt-serve's options: where and what to serve, then ``Settings``'
+    fields (``serving/settings.py``, where their defaults are)."""
     parser = argparse.ArgumentParser(
         prog="kt-serve", description=__doc__.splitlines()[0]
     )
@@ -91,131 +84,13 @@ def parser():
     parser.add_argument(
         "--port", type=int, default=8000, help="default 8000; 0 picks a free port"
     )
-    parser.add_argument(
-        "--max-batch-size", type=positive_int, default=64,
-        help="most sentences per search call (default 64)",
-    )  # fmt: skip
-    parser.add_argument(
-        "--search-batch-size", type=positive_int, default=8,
-        help="sentences searched together within a batch, sorted by length "
-        "(default 8)",
-    )  # fmt: skip
-    parser.add_argument(
-        "--max-wait-ms", type=non_negative_ms, default=5.0,
-        help="how long a request waits for others to batch with (default 5)",
-    )  # fmt: skip
-    parser.add_argument(
-        "--max-queue", type=positive_int, default=1024,
-        help="most sentences waiting; beyond, 503 (default 1024)",
-    )  # fmt: skip
-    parser.add_argument(
-        "--max-texts", type=positive_int, default=64,
-        help="most texts per request (default 64)",
-    )  # fmt: skip
-    parser.add_argument(
-        "--beam-sizes", type=beam_sizes, default=(1, 4),
-        help="the beam sizes a request may ask, compiled at start-up; others "
-        "are refused (default 1,4; the model's default is always served)",
-    )  # fmt: skip
+    add_settings_options(parser)
     parser.add_argument(
         "--max-beam-size", type=positive_int, default=None,
         help=argparse.SUPPRESS,  # replaced by --beam-sizes
     )  # fmt: skip
-    parser.add_argument(
-        "--max-request-cost", type=positive_int, default=16384,
-        help="most source tokens x beam size per request (default 16384)",
-    )  # fmt: skip
-    _add_access_arguments(parser)
-    _add_time_arguments(parser)
-    parser.add_argument(
-        "--access-log", action="store_true", help="log each request on stderr"
-    )
     add_verbose_argument(parser)
     return parser
-
-
-def _add_time_arguments(parser):
-    """How long the server waits for slow clients and for its own stop."""
-    for name, default, what in (
-        ("--header-timeout", 10, "for a connection's request head"),
-        ("--body-timeout", 30, "for a request's body (then 408)"),
-        ("--idle-timeout", 5, "before closing an idle keep-alive connection"),
-        ("--shutdown-deadline", 30, "after SIGTERM before what is held gets 503"),
-    ):
-        parser.add_argument(
-            name, type=seconds, default=default, metavar="S",
-            help=f"seconds to wait {what} (default {default})",
-        )  # fmt: skip
-    parser.add_argument(
-        "--trusted-proxies", default=None, metavar="LIST",
-        help="addresses or networks (comma-separated) whose X-Forwarded-For "
-        "is believed (default: none)",
-    )  # fmt: skip
-
-
-def seconds(text):
-    """argparse type: seconds in (0, 3600]."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not 0 < value <= 3600:
-        raise argparse.ArgumentTypeError(f"must be in (0, 3600], got {text}")
-    return value
-
-
-def _add_access_arguments(parser):
-    """Who may translate, how much, and in which languages (LibreTranslate's
-    option names where it has them)."""
-    parser.add_argument(
-        "--api-keys", metavar="FILE",
-        help="API keys, one a line, in the clear or as sha256:<hex>; a request "
-        "without one of them is refused (403)",
-    )  # fmt: skip
-    parser.add_argument(
-        "--req-limit", type=positive_int, default=None,
-        help="requests a minute per API key (per client address without "
-        "keys); beyond, 429 with Retry-After (default: no limit)",
-    )  # fmt: skip
-    parser.add_argument(
-        "--char-limit", type=positive_int, default=None,
-        help="characters of text per request; beyond, 413 (default: no limit)",
-    )  # fmt: skip
-    parser.add_argument(
-        "--allow-anonymous", action="store_true",
-        help="serve a non-loopback --host without --api-keys",
-    )  # fmt: skip
-    parser.add_argument(
-        "--source-lang", type=language_code,
-        help="the source language code, for a model that records none",
-    )  # fmt: skip
-    parser.add_argument(
-        "--target-lang", type=language_code,
-        help="the target language code, for a model that records none",
-    )  # fmt: skip
-
-
-def beam_sizes(text):
-    """argparse type: comma-separated beam sizes >= 1."""
-    try:
-        sizes = tuple(sorted({int(part) for part in text.split(",")}))
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"not a comma-separated list of integers: {text!r}"
-        ) from None
-    if not sizes or sizes[0] < 1 or sizes[-1] > 64:
-        raise argparse.ArgumentTypeError(f"beam sizes must be in [1, 64], got {text}")
-    return sizes
-
-
-def language_code(text):
-    """argparse type: a language code (``de``, ``pt_br``)."""
-    from keras_transformer.data.languages import check_code
-
-    try:
-        return check_code(text)
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def is_loopback(host):
@@ -228,10 +103,44 @@ def is_loopback(host):
         return False
 
 
-def settings(args, api_keys=None):
-    """The ``serving.Settings`` of parsed arguments."""
-    from keras_transformer.serving.app import Settings
+def add_settings_options(parser):
+    """``serving.Settings``' fields as options of ``parser``, each with its
+    default in its help."""
+    for field in dataclasses.fields(serving_settings.Settings):
+        meta = field.metadata
+        help = meta["help"]
+        if field.default not in (None, False) and "(default" not in help:
+            shown = field.default
+            if isinstance(shown, tuple):
+                shown = ",".join(str(value) for value in shown)
+            help = f"{help} (default {shown})"
+        options = {"dest": field.name, "default": field.default, "help": help}
+        if field.type is bool:
+            options["action"] = "store_true"
+        else:
+            options.update(
+                {key: meta[key] for key in ("metavar", "choices") if key in meta}
+            )
+            if "parse" in meta:
+                options["type"] = _argument_type(meta["parse"])
+        parser.add_argument(serving_settings.option(field.name), **options)
 
+
+def _argument_type(parse):
+    """argparse type: ``parse``, its ``ValueError`` as argparse's error."""
+
+    def convert(text):
+        try:
+            return parse(text)
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+
+    convert.__name__ = parse.__name__  # argparse names the type on errors
+    return convert
+
+
+def settings(args):
+    """The ``serving.Settings`` of parsed arguments."""
     sizes = args.beam_sizes
     if args.max_beam_size is not None:
         print(
@@ -240,20 +149,11 @@ def settings(args, api_keys=None):
             file=sys.stderr,
         )
         sizes = tuple(size for size in sizes if size <= args.max_beam_size) or (1,)
-    pair = (args.source_lang, args.target_lang)
-    return Settings(
-        max_batch_size=args.max_batch_size,
-        search_batch_size=args.search_batch_size,
-        max_wait_ms=args.max_wait_ms,
-        max_queue=args.max_queue,
-        max_texts=args.max_texts,
-        beam_sizes=sizes,
-        max_request_cost=args.max_request_cost,
-        char_limit=args.char_limit,
-        req_limit=args.req_limit,
-        api_keys=api_keys,
-        languages=pair if all(pair) else None,
-    )
+    values = {
+        field.name: getattr(args, field.name)
+        for field in dataclasses.fields(serving_settings.Settings)
+    }
+    return serving_settings.Settings(**{**values, "beam_sizes": sizes})
 
 
 def main(argv=None, load=None):
@@ -269,10 +169,21 @@ def main(argv=None, load=None):
     with exit_if_missing(prog, "serve"):
         require("serve")
         from keras_transformer.serving.app import Service
-        from keras_transformer.serving.server import listen, parse_proxies, run
+        from keras_transformer.serving.server import listen, run
     if not os.path.exists(args.model):
         arguments.exit(2, f"{prog}: error: {args.model}: no such model\n")
-    api_keys = _api_keys(arguments, args)
+    _check_access(arguments, args)
+    if load is None:
+        from keras_transformer.translate.evaluation import load_translator as load
+    try:
+        service = Service(
+            lambda: load(args.model),
+            model_name(args.model),
+            model_version(args.model),
+            settings(args),
+        )
+    except ValueError as error:  # the key file's KeyFileError among them
+        arguments.exit(2, f"{prog}: error: {error}\n")
     engine = model_engine(args.model)
     with exit_if_missing(prog, engine):
         prepare_process(args.verbose, keras=engine == "keras")
@@ -289,54 +200,29 @@ def main(argv=None, load=None):
     except SystemExit:
         sock.close()
         raise
-
-    try:
-        trusted = parse_proxies(args.trusted_proxies or "")
-    except ValueError as error:
-        sock.close()
-        arguments.exit(2, f"{prog}: error: --trusted-proxies: {error}\n")
-    if load is None:
-        from keras_transformer.translate.evaluation import load_translator as load
-
-    service = Service(
-        lambda: load(args.model),
-        model_name(args.model),
-        model_version(args.model),
-        settings(args, api_keys),
-    )
-    return run(
-        service,
-        sock,
-        access_log=args.access_log,
-        header_timeout=args.header_timeout,
-        body_timeout=args.body_timeout,
-        idle_timeout=args.idle_timeout,
-        shutdown_deadline=args.shutdown_deadline,
-        trusted_proxies=trusted,
-    )
+    return run(service, sock)
 
 
-def _api_keys(arguments, args):
-    """The ``KeyRing`` of ``--api-keys`` (None without), once the options
-    agree; exits 2 with one line where they do not."""
-    from keras_transformer.serving.access import KeyFileError, KeyRing
+def _check_access(arguments, args):
+    """Exits 2 with one line where the options disagree: one language
+    without the other, a reachable host without keys, proxies that are no
+    addresses."""
+    from keras_transformer.serving.server import parse_proxies
 
     prog = arguments.prog
     if (args.source_lang is None) != (args.target_lang is None):
         arguments.exit(2, f"{prog}: error: give both --source-lang and --target-lang\n")
-    if args.api_keys is None:
-        if not (is_loopback(args.host) or args.allow_anonymous):
-            arguments.exit(
-                2,
-                f"{prog}: error: --host {args.host} may be reached from other "
-                "machines: give --api-keys FILE, or --allow-anonymous to serve "
-                "anyone who connects\n",
-            )
-        return None
+    if args.api_keys is None and not (is_loopback(args.host) or args.allow_anonymous):
+        arguments.exit(
+            2,
+            f"{prog}: error: --host {args.host} may be reached from other "
+            "machines: give --api-keys FILE, or --allow-anonymous to serve "
+            "anyone who connects\n",
+        )
     try:
-        return KeyRing.read(args.api_keys)
-    except KeyFileError as error:
-        arguments.exit(2, f"{prog}: error: {error}\n")
+        parse_proxies(args.trusted_proxies or "")
+    except ValueError as error:
+        arguments.exit(2, f"{prog}: error: --trusted-proxies: {error}\n")
 
 
 def command():

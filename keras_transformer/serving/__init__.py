@@ -11,9 +11,10 @@ from keras_transformer import _lazy
 
 _PUBLIC = {
     "KeyRing": "keras_transformer.serving.access",
+    "LimitStorageError": "keras_transformer.serving.access",
     "RateLimiter": "keras_transformer.serving.access",
     "Service": "keras_transformer.serving.app",
-    "Settings": "keras_transformer.serving.app",
+    "Settings": "keras_transformer.serving.settings",
     "Aborted": "keras_transformer.serving.batcher",
     "Batcher": "keras_transformer.serving.batcher",
     "QueueFull": "keras_transformer.serving.batcher",

@@ -21,7 +21,9 @@ while uvicorn reads the rest of the body, however long, to throw it away.
   ``body_timeout`` seconds after its head, while the app waits for it; the app
   is then told the client went away (``http.disconnect``);
 * close after any answer given while the body is still arriving
-  (``Connection: close`` is added to it), rather than read the body on.
+  (``Connection: close`` is added to it), rather than read the body on;
+* answer a request that is not valid HTTP (a ``Content-Length: abc``) with
+  a JSON 400 and close, calling ``on_invalid()`` so that the app counts it.
 
 It subclasses a class whose hooks are uvicorn's internals, not its API: the
 import checks that they are there and fails with the version it needs.
@@ -35,8 +37,12 @@ import uvicorn
 from uvicorn.protocols.http import h11_impl
 
 CLOSE = (b"connection", b"close")
+# Set in a request's ASGI scope when its body did not arrive in time and
+# this module answered 408: the app counts that answer, not a disconnection.
+BODY_TIMED_OUT = "kt_serve.body_timed_out"
 # What this module overrides or calls of uvicorn's H11Protocol.
 _HOOKS = (
+    "send_400_response",
     "connection_made",
     "connection_lost",
     "handle_events",
@@ -60,6 +66,7 @@ class GuardedH11Protocol(h11_impl.H11Protocol):
 
     header_timeout = 10.0  # seconds, or None: no limit
     body_timeout = 30.0
+    on_invalid = None  # on_invalid(): a request that is not HTTP was refused
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -115,6 +122,25 @@ class GuardedH11Protocol(h11_impl.H11Protocol):
         if not self.transport.is_closing():
             self.transport.close()
 
+    def send_400_response(self, msg):
+        # uvicorn's answer is plain text, and no app hears of it.
+        body = json.dumps(
+            {"error": f"the request is not valid HTTP/1.1 ({msg.rstrip('.')})"}
+        ).encode()
+        head = h11.Response(
+            status_code=400,
+            headers=[
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                CLOSE,
+            ],
+        )
+        for event in (head, h11.Data(data=body), h11.EndOfMessage()):
+            self.transport.write(self.conn.send(event))
+        self.transport.close()
+        if self.on_invalid is not None:
+            self.on_invalid()
+
     # -- the body and the answer ------------------------------------------------
 
     def drop(self):
@@ -150,6 +176,7 @@ class GuardedH11Protocol(h11_impl.H11Protocol):
             except asyncio.TimeoutError:  # TimeoutError from Python 3.11 on
                 pass
             self._given_up = True
+            scope[BODY_TIMED_OUT] = True
             if started:
                 self.transport.close()
             else:
@@ -180,11 +207,16 @@ def _timed_out(seconds):
     )
 
 
-def protocol(header_timeout, body_timeout):
+def protocol(header_timeout, body_timeout, on_invalid=None):
     """A ``GuardedH11Protocol`` class with these timeouts (seconds, or None
-    for no limit), for ``uvicorn.Config(http=...)``."""
+    for no limit) and ``on_invalid`` hook, for ``uvicorn.Config(http=...)``."""
     return type(
         "GuardedH11Protocol",
         (GuardedH11Protocol,),
-        {"header_timeout": header_timeout, "body_timeout": body_timeout},
+        {
+            "header_timeout": header_timeout,
+            "body_timeout": body_timeout,
+            # A plain function as a class attribute would become a method.
+            "on_invalid": staticmethod(on_invalid) if on_invalid else None,
+        },
     )

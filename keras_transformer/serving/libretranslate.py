@@ -35,8 +35,10 @@ FIELDS = ("q", "source", "target", "format", "alternatives", KEY_FIELD)
 FORMATS = ("text", "html")
 # LibreTranslate's own cap on alternatives.
 MAX_ALTERNATIVES = 3
-# Characters of markup a request may send with format "html": it is parsed
-# on the event loop (about 2 s a megabyte), before any other limit applies.
+# Characters of markup a request may send with format "html", checked first
+# because the markup is parsed before any other limit applies; parsing takes
+# time linear in it (tens of milliseconds for 100,000 characters, malformed
+# or not).
 MAX_MARKUP = 100_000
 
 
@@ -92,6 +94,13 @@ def parse_libretranslate(fields, limits, encode, languages, target_languages):
         )
     documents = [HtmlDocument.parse(q) for q in queries] if html else None
     texts = [t for d in documents for t in d.texts] if html else queries
+    if html and len(texts) > limits.max_texts:
+        # Each run is one text to translate: say so in the HTML's own terms.
+        raise RequestError(
+            413,
+            f"the HTML has {len(texts)} text runs (text between tags); this "
+            f"server translates at most {limits.max_texts} per request",
+        )
     search = search_of({}, limits)
     alternatives = _alternatives(fields, search.beam_size)
     # Markup without text has nothing to search.
@@ -161,8 +170,11 @@ def _format(fields):
 
 def _alternatives(fields, beam_size):
     value = fields.get("alternatives", 0)
-    if isinstance(value, str) and value.strip().isdigit():
-        value = int(value)  # a form or query field is text
+    text = value.strip() if isinstance(value, str) else ""
+    # A form or query field is text. str.isdigit also accepts digits int()
+    # refuses ("²"), and int() refuses more than 4,300 digits.
+    if text.isascii() and text.isdigit() and len(text) <= 6:
+        value = int(text)
     if isinstance(value, bool) or not isinstance(value, int):
         raise RequestError(400, f"alternatives must be an integer, not {shown(value)}")
     most = min(MAX_ALTERNATIVES, beam_size - 1)

@@ -25,17 +25,25 @@ class Metrics:
     """The counters of one server.
 
     ``requests`` (by path and status code), ``errors`` (by kind:
-    ``bad_request``, ``forbidden``, ``rate_limited``, ``queue_full``,
-    ``search_failed``, ``not_ready``, ``disconnected``, ``aborted``,
+    ``bad_request``, ``bad_http``, ``forbidden``, ``auth_throttled``,
+    ``rate_limited``, ``limits_down``, ``queue_full``, ``search_failed``,
+    ``not_ready``, ``disconnected``, ``body_timeout``, ``aborted``,
     ``internal``), ``dropped`` (sentences of a running batch skipped because
-    their client had gone), ``callers`` (translation requests by caller and
-    status: an API key is named by its line in the key file, never by its
-    value), ``sentences`` translated, ``batch_sentences`` and
+    their client had gone), ``callers`` (requests to ``/translate``, ``/explain`` and
+    ``/metrics`` by caller and status: an API key is named by its line in
+    the key file, never by its value), ``sentences`` translated, ``batch_sentences`` and
     ``search_seconds`` per search call, ``latency`` of ``/translate``
-    requests, and ``queue`` (sentences waiting, read when scraped).
+    requests, ``queue`` (sentences waiting, read when scraped) and
+    ``compilations`` (programs compiled since warm-up: 0, unless a request
+    reached a shape or option warm-up did not foresee).
+
+    Args:
+        queued: ``queued()`` → the sentences waiting.
+        compilations: ``compilations()`` → the programs this process has
+            compiled (``backend.compilations``).
     """
 
-    def __init__(self, queued):
+    def __init__(self, queued, compilations=lambda: 0):
         self.registry = CollectorRegistry()
         registry = self.registry
         self.requests = Counter(
@@ -48,8 +56,8 @@ class Metrics:
         )  # fmt: skip
         self.callers = Counter(
             "kt_serve_caller_requests",
-            "Translation requests by caller (an API key's line in the key "
-            "file, or anonymous) and status code.",
+            "Requests to /translate, /explain and /metrics by caller (an API "
+            "key's line in the key file, or anonymous) and status code.",
             ["caller", "code"], registry=registry,
         )  # fmt: skip
         self.dropped = Counter(
@@ -78,6 +86,20 @@ class Metrics:
             registry=registry,
         )  # fmt: skip
         queue.set_function(queued)
+        self._compilations = compilations
+        self._warm = None
+        compiled = Gauge(
+            "kt_serve_compilations_after_warm_up",
+            "Programs compiled since the warm-up (each held the search thread).",
+            registry=registry,
+        )
+        compiled.set_function(
+            lambda: 0 if self._warm is None else self._compilations() - self._warm
+        )
+
+    def warmed_up(self, compilations):
+        """From now on compilations count: ``compilations`` were warm-up's."""
+        self._warm = compilations
 
     def batch(self, sentences, seconds):
         self.batch_sentences.observe(sentences)

@@ -226,12 +226,18 @@ def search_of(fields, limits):
     try:
         search = SearchOptions.of(limits.search, **asked)
     except (TypeError, ValueError) as error:
-        raise RequestError(400, str(error)[:200]) from None
+        # SearchOptions' message quotes the whole value; this one its
+        # prefix (a JSON number may have thousands of digits).
+        name = next((n for n in asked if str(error).startswith(n)), next(iter(asked)))
+        reason = str(error).split(" Received:")[0].rstrip(".")
+        raise RequestError(
+            400, f"{reason[:120]}. Received: {name}={shown(asked[name])}"
+        ) from None
     if search.beam_size not in limits.beam_sizes:
         raise RequestError(
             400,
-            f"beam_size={search.beam_size} is not served here; this server "
-            f"searches with beam_size in {list(limits.beam_sizes)}",
+            f"beam_size={shown(search.beam_size)} is not served here; this "
+            f"server searches with beam_size in {list(limits.beam_sizes)}",
         )
     return search
 

@@ -25,14 +25,19 @@ before its end (a 413). ``X-Forwarded-For`` and ``X-Forwarded-Proto`` are
 believed only from the proxies the operator names; uvicorn's default would
 believe any process on the same host.
 
-Logs: uvicorn's (errors, and each request with ``access_log``) go to stderr;
-stdout holds only the ready line, for whoever waits for it.
+Logs: uvicorn's (errors, and each request with ``access_log``) and
+kt-serve's own (logger ``kt_serve``) go to stderr; stdout holds only the
+ready line, for whoever waits for it. No log line shows an API key: the
+value of an ``api_key`` query parameter (its name in any case, or
+percent-encoded) is written ``api_key=[redacted]``, in the access log's
+request line and in any other message or traceback.
 """
 
 import asyncio
 import ipaddress
 import logging
 import os
+import re
 import socket
 import sys
 
@@ -96,6 +101,53 @@ def check_proxies(proxies):
     return proxies
 
 
+# The name api_key as a query string may spell it: any letter in either case,
+# any character percent-encoded (%5F for the underscore).
+_KEY_NAME = "".join(
+    f"(?:{re.escape(c)}|%{ord(c):02x}"
+    + (f"|%{ord(c.upper()):02x}" if c.isalpha() else "")
+    + ")"
+    for c in "api_key"
+)
+# The value runs to the next parameter; '"' ends it too, as uvicorn writes
+# one in a request line as %22 and a message may quote the URL.
+_KEY_PARAMETER = re.compile(rf"({_KEY_NAME})=[^&\s\"]*", re.IGNORECASE)
+REDACTED = "[redacted]"
+
+
+def redact(text):
+    """``text`` with the value of every ``api_key=`` parameter replaced by
+    ``[redacted]``."""
+    return _KEY_PARAMETER.sub(rf"\1={REDACTED}", text)
+
+
+class RedactKeys(logging.Filter):
+    """Takes API keys out of every record a handler writes: the request
+    line of uvicorn's access records (their third argument, which its
+    ``AccessFormatter`` reads), and the message and traceback of the rest."""
+
+    def filter(self, record):
+        args = record.args
+        if (
+            record.name == "uvicorn.access"
+            and isinstance(args, tuple)
+            and len(args) == 5
+        ):
+            record.args = (*args[:2], redact(str(args[2])), *args[3:])
+        else:
+            message = record.getMessage()
+            redacted = redact(message)
+            if redacted != message:
+                record.msg, record.args = redacted, None
+        if record.exc_info and not record.exc_text:
+            # What a formatter would write, formatted once here so that it
+            # can be redacted; formatters reuse exc_text.
+            record.exc_text = logging.Formatter().formatException(record.exc_info)
+        if record.exc_text:
+            record.exc_text = redact(record.exc_text)
+        return True
+
+
 def log_config():
     """uvicorn's logging setup with every handler on stderr (uvicorn's own
     puts the access log on stdout)."""
@@ -104,6 +156,7 @@ def log_config():
     return {
         "version": 1,
         "disable_existing_loggers": False,
+        "filters": {"keys": {"()": RedactKeys}},
         "formatters": {
             "default": {
                 "()": formatter.format("Default"),
@@ -122,6 +175,7 @@ def log_config():
                 "formatter": name,
                 "class": "logging.StreamHandler",
                 "stream": "ext://sys.stderr",
+                "filters": ["keys"],
             }
             for name in ("default", "access")
         },
@@ -134,6 +188,9 @@ def log_config():
                 "level": "INFO",
                 "propagate": False,
             },
+            # kt-serve's own warnings (a rate-limit storage that does not
+            # answer), written as uvicorn's are.
+            "kt_serve": {"handlers": ["default"], "level": "INFO", "propagate": False},
         },
     }
 
@@ -198,58 +255,44 @@ class _Server(uvicorn.Server):
             await asyncio.wait(tasks, timeout=ANSWER_SECONDS)
 
 
-def run(
-    service,
-    sock,
-    access_log=False,
-    log_level="info",
-    *,
-    header_timeout=10.0,
-    body_timeout=30.0,
-    idle_timeout=5.0,
-    shutdown_deadline=30.0,
-    trusted_proxies=None,
-):
-    """Serves ``service.app()`` on ``sock`` until SIGTERM/SIGINT.
+def run(service, sock, log_level="info"):
+    """Serves ``service.app()`` on ``sock`` until SIGTERM/SIGINT, with its
+    ``Settings``' waits, proxies and access log.
 
     Prints ``READY`` (with the address) on stdout once the translator is
-    warm; every log goes to stderr.
-
-    Args:
-        access_log: log each request (on stderr).
-        header_timeout: seconds a connection has to send a complete request
-            head, from its opening or from the previous response's end;
-            then it is closed. None: no limit.
-        body_timeout: seconds a request's body has to arrive, from its head;
-            then it is answered 408 and its connection closed. None: no
-            limit.
-        idle_timeout: seconds a keep-alive connection may stay silent after
-            a response (uvicorn's ``timeout_keep_alive``).
-        shutdown_deadline: seconds the requests held at the first SIGTERM or
-            SIGINT have to be answered; those still held then are answered
-            503 and the process ends (as on a second signal). None: no
-            deadline.
-        trusted_proxies: the proxies (IP addresses or networks, a list of
-            str) whose ``X-Forwarded-For`` and ``X-Forwarded-Proto`` are
-            believed. None or empty: nobody's.
+    warm; every log goes to stderr. The settings it reads:
+    ``header_timeout`` (seconds a connection has to send a complete request
+    head, from its opening or the previous response's end; then it is
+    closed), ``body_timeout`` (seconds a request's body has to arrive, from
+    its head; then 408 and the connection closed), ``idle_timeout`` (a
+    silent keep-alive connection's, uvicorn's ``timeout_keep_alive``),
+    ``shutdown_deadline`` (seconds the requests held at the first SIGTERM or
+    SIGINT have to be answered; those still held then are answered 503 and
+    the process ends, as on a second signal), ``trusted_proxies`` (the
+    proxies whose ``X-Forwarded-For`` and ``X-Forwarded-Proto`` are
+    believed; None: nobody's) and ``access_log``.
 
     Returns the exit status: 0 after a clean stop, 2 if the model could not
     be loaded (the error on stderr). After a stop at once, or a stop while
     the model loads, it does not return: the process exits 130, 143 or 1
     (0 while loading; the module's docstring says why).
     """
+    settings = service.settings
+    shutdown_deadline = settings.shutdown_deadline
     failed = []
     ready_line = url_of(sock)
-    proxies = check_proxies(trusted_proxies or ())
+    proxies = parse_proxies(settings.trusted_proxies or "")
     config = uvicorn.Config(
         service.app(),
-        http=connections.protocol(header_timeout, body_timeout),
+        http=connections.protocol(
+            settings.header_timeout, settings.body_timeout, service.invalid_request
+        ),
         ws="none",  # no WebSocket endpoint: an upgrade is not for us
         lifespan="on",
-        access_log=access_log,
+        access_log=settings.access_log,
         log_config=log_config(),
         log_level=log_level,
-        timeout_keep_alive=idle_timeout,
+        timeout_keep_alive=settings.idle_timeout,
         timeout_graceful_shutdown=None,  # our deadline, not uvicorn's 500s
         proxy_headers=bool(proxies),
         forwarded_allow_ips=",".join(proxies) or None,

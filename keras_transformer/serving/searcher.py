@@ -1,0 +1,129 @@
+"""The translator behind a server: loaded and warmed up on the search
+thread, the encoding that admits a request's texts, and the search call
+the batcher makes.
+
+Warm-up compiles every program an admitted request can reach, so that
+nothing compiles on the search thread while others wait: for each admitted
+beam size, the search at every source and output width a batch can have;
+the n best (LibreTranslate's ``alternatives``, the page's ``/explain``)
+share one program per beam size (``top_n``); and the attention maps of
+``/explain`` at every bucketed shape. ``kt_serve_compilations`` counts what
+compiled after warm-up: it stays 0.
+"""
+
+import sys
+
+from keras_transformer.search.options import SearchOptions
+from keras_transformer.serving.requests import Limits, RequestError
+
+
+class Searcher:
+    """One translator of the translator interface (``translate.base``).
+
+    Args:
+        load: ``load()`` → the translator; run on the search thread.
+        settings: the server's ``Settings``.
+        metrics: the server's ``Metrics`` (sentences dropped).
+    """
+
+    def __init__(self, load, settings, metrics):
+        self._load = load
+        self.settings = settings
+        self.metrics = metrics
+        self.state, self.error = "loading", None
+        self.translator = None
+        self.languages = None
+        self.limits = None
+
+    def load_and_warm_up(self):
+        """Loads the translator and compiles what requests can reach (on
+        the search thread); sets ``limits``, ``languages`` and, last,
+        ``translator``."""
+        translator = self._load()
+        self.languages = languages(translator, self.settings.languages)
+        # A call's sentences are sorted by length and searched in groups of
+        # search_batch_size, each padded to that many rows: a Keras
+        # translator then compiles one search per width and beam size, all
+        # of them now, not one of several seconds on the search thread
+        # whenever a group of a new size arrives.
+        search = translator.search_options(
+            batch_size=min(
+                self.settings.search_batch_size, self.settings.max_batch_size
+            ),
+            fixed_batch=True,
+        )
+        beam_sizes = tuple(sorted({*self.settings.beam_sizes, search.beam_size}))
+        self.limits = Limits(
+            max_texts=self.settings.max_texts,
+            max_tokens=translator.source_max_length or sys.maxsize,
+            beam_sizes=beam_sizes,
+            max_cost=self.settings.max_request_cost,
+            max_chars=self.settings.char_limit,
+            search=search,
+        )
+        for beam_size in beam_sizes:
+            translator.warm_up(SearchOptions.of(search, beam_size=beam_size))
+        if translator.gives_attention:
+            translator.warm_up_attention()
+        self.translator = translator
+
+    def encode(self, texts, target_language=None):
+        """Each text's ids, as they are admitted and then searched: a
+        request is encoded once, and only these ids reach the search
+        thread. Not cut: a text over the model's length is refused."""
+        translator = self.translator
+        try:
+            texts = translator.with_target_language(texts, target_language)
+        except ValueError as error:
+            # A model into several languages, asked for none.
+            raise RequestError(400, str(error)[:300]) from None
+        return translator.tokenizer.encode(texts)
+
+    def search(self, sources, options, wanted):
+        """The batcher's search call: the sources sorted by length (the one
+        sort they get) and searched a group at a time, as the translator
+        would, so that the groups of a client that has gone meanwhile are
+        skipped, not searched."""
+        search, n = options
+        translator = self.translator
+        order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
+        results = [None] * len(sources)
+        for start in range(0, len(order), search.batch_size):
+            chunk, still = order[start : start + search.batch_size], wanted()
+            group = [i for i in chunk if still[i]]
+            self.metrics.dropped.inc(len(chunk) - len(group))
+            if not group:
+                continue
+            found = translator.search_ids_sorted(
+                [sources[i] for i in group], search, top_n=top_n(search, n)
+            )
+            if n is None:
+                answers = translator.detokenize([row[0][0] for row in found])
+            else:
+                answers = translator.n_best_texts(found, n)
+            for i, answer in zip(group, answers, strict=True):
+                results[i] = answer
+        return results
+
+
+def top_n(search, n):
+    """The ``top_n`` a search of the ``n`` best (None: the best alone) is
+    run with: the best alone has its own program; any n best share the
+    one that makes all ``beam_size`` exact, which gives the same first n
+    (the beam stops once its top_n best can no longer be outranked), so
+    that one program per beam size serves every ``alternatives``."""
+    return 1 if n is None else search.beam_size
+
+
+def languages(translator, asked):
+    """The pair the server offers: the translator's, or the one kt-serve
+    was given for a translator that records none; a disagreement is an
+    error rather than a guess."""
+    if asked is None or translator.languages is None:
+        return translator.languages or asked
+    if tuple(asked) != tuple(translator.languages):
+        raise ValueError(
+            f"the model translates {' → '.join(translator.languages)}, but "
+            f"--source-lang/--target-lang say {' → '.join(asked)}"
+        )
+    return tuple(asked)
