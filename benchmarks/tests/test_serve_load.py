@@ -1,6 +1,9 @@
-"""benchmarks/serve_load.py without a model: its percentiles, summary and
-memory growth against values worked out by hand here, and its clients, the
-server's start and stop, and a whole run against stand-ins on real sockets."""
+"""benchmarks/serve_load.py: its percentiles, summary, memory growth and
+counters against values worked out by hand here; its clients (round robin
+over replicas), the server's start and stop, and a whole run against
+stand-ins on real sockets; and one short run of two real ``kt-serve``
+replicas of the test's numbers model sharing a real Redis, which give a key
+one allowance between them."""
 
 import collections
 import contextlib
@@ -332,3 +335,131 @@ def test_a_run_against_a_running_server_writes_its_report(
     assert result["memory"] == {} and "server_exit_code" not in result
     assert result["metrics"] == "kt_requests 7\n"
     assert f"mismatches                 {sent['two']}" in capsys.readouterr().out
+
+
+def test_clients_send_to_the_replicas_in_turn_on_a_connection_each():
+    with stand_in() as (one, first), stand_in() as (two, second):
+        closed = serve_load.closed_loop([first, second], ["a", "b"], 3, 0.5, OPTIONS)
+        opened = serve_load.open_loop(
+            [first, second], ["a"], 40, 0.5, OPTIONS, workers=3
+        )
+    # Closed loop: client i's n-th request to replica (i + n) % 2, over one
+    # keep-alive connection per replica (3 clients: 3 connections each, one
+    # more per replica for the open loop's 3 workers).
+    for server in (one, two):
+        assert len({address for address, _ in server.bodies}) == 3 + 3
+    sent = collections.Counter(r["replica"] for r in closed)
+    assert abs(sent[0] - sent[1]) <= 3 and sent[0] > 5
+    assert len(one.bodies) + len(two.bodies) == len(closed) + len(opened)
+    # Open loop: the k-th request of the schedule to replica k % 2.
+    assert collections.Counter(r["replica"] for r in opened) == {0: 10, 1: 10}
+    summary = serve_load.summarize(closed)
+    assert summary["requests_by_replica"] == [sent[0], sent[1]]
+    assert summary["answered_by_replica"] == [sent[0], sent[1]]
+    assert "requests_by_replica" not in serve_load.summarize(closed[:0])
+
+
+METRICS = """# HELP kt_serve_errors_total Requests not translated, by why.
+kt_serve_errors_total{kind="rate_limited"} 17.0
+kt_serve_errors_created{kind="rate_limited"} 1.7e+09
+kt_serve_caller_requests_total{caller="key2",code="429"} 17.0
+kt_serve_caller_requests_total{caller="key1",code="200"} 30.0
+kt_serve_compilations_after_warm_up 0.0
+kt_serve_requests_total{path="/translate",code="200"} 30.0
+"""
+
+
+def test_the_counters_of_each_replica_are_read_and_summed(capsys):
+    assert serve_load.metric_counts(METRICS) == {
+        "caller_key1_200": 30,
+        "caller_key2_429": 17,
+        "compilations_after_warm_up": 0,
+        "errors_rate_limited": 17,
+    }
+    assert serve_load.metric_counts("error: ConnectionRefusedError") == {}
+    gib = 2**30
+    replicas = [
+        {"rss_start_bytes": gib, "rss_60s_bytes": 2 * gib, "rss_end_bytes": 2 * gib},
+        {"rss_start_bytes": gib, "rss_60s_bytes": 2 * gib, "rss_end_bytes": 3 * gib},
+    ]
+    total = serve_load.total_memory(replicas)
+    assert total == {
+        "rss_start_bytes": 2 * gib,
+        "rss_60s_bytes": 4 * gib,
+        "rss_end_bytes": 5 * gib,
+        "rss_growth_after_60s_pct": 25.0,
+    }
+    short = serve_load.total_memory([dict(replicas[0], rss_60s_bytes=None)] * 2)
+    assert short["rss_60s_bytes"] is short["rss_growth_after_60s_pct"] is None
+    assert serve_load.total_memory([{}, {}]) == {}
+    serve_load.report(
+        {"mode": "m", "summary": {"requests": 3}, "memory": total,
+         "replica_memory": replicas, "counters": {"errors_rate_limited": 17},
+         "replica_counters": [{"errors_rate_limited": 17}, {}],
+         "server_exit_code": 0, "server_exit_codes": [0, 0]}
+    )  # fmt: skip
+    lines = capsys.readouterr().out.splitlines()
+    assert f"{'rss_end_bytes':26s} 5.000 GiB (2.000 GiB, 3.000 GiB)" in lines
+    assert f"{'metric_errors_rate_limited':26s} 17 (17, 0)" in lines
+    assert f"{'server_exit_code':26s} 0 (0, 0)" in lines
+    assert f"{'requests':26s} 3" in lines
+
+
+def test_replicas_and_redis_are_for_servers_started_here(tmp_path):
+    source = ["--source", str(tmp_path / "s.txt"), "--model", "m"]
+    for wrong in (
+        ["--url", "http://x", "--replicas", "2"],
+        ["--url", "http://x", "--redis"],
+        ["--redis", "--req-limit-storage", "redis://127.0.0.1:1"],
+        ["--replicas", "0"],
+    ):
+        with pytest.raises(SystemExit):
+            serve_load.parse_args(source + wrong)
+    args = serve_load.parse_args(
+        source + ["--req-limit", "5", "--auth-fail-limit", "3"]
+    )
+    command = serve_load.server_command(args, "redis://127.0.0.1:7")
+    assert command[command.index("--req-limit-storage") + 1] == "redis://127.0.0.1:7"
+    assert command[command.index("--auth-fail-limit") + 1] == "3"
+    assert "--beam-sizes" not in command and "--max-queue" not in command
+
+
+# The numbers model of the other serving tests (tests/test_serve.py).
+FIXTURE = serve_load.REPO / "tests" / "fixtures" / "v0_2_0" / "translator.keras"
+LIMIT = 10
+
+
+def test_two_replicas_on_one_redis_give_a_key_one_allowance(tmp_path, monkeypatch):
+    # Two real kt-serve processes and a real redis-server, started by the
+    # benchmark: a key's LIMIT requests a minute are shared, not doubled.
+    # PyTorch's servers start soonest (nothing to compile); the limits are
+    # the server's, whatever the backend. Eight clients take the allowance
+    # in a batch or two, then are refused in milliseconds.
+    monkeypatch.setenv("KERAS_BACKEND", "torch")
+    keys, source, out = tmp_path / "keys.txt", tmp_path / "s.txt", tmp_path / "r.json"
+    keys.write_text("key-one-7f3c9e\nkey-two-51d2aa\n")
+    source.write_text("three hundred forty-two\nzero\ntwenty-one thousand five\n")
+    code = serve_load.main(
+        ["--model", str(FIXTURE), "--source", str(source), "--replicas", "2",
+         "--redis", "--api-keys", str(keys), "--api-key", "key-one-7f3c9e",
+         "--req-limit", str(LIMIT), "--clients", "8", "--seconds", "3",
+         "--beam-size", "1", "--beam-sizes", "1", "--no-check", "--json",
+         str(out)]
+    )  # fmt: skip
+    result = json.loads(out.read_text())
+    assert code == 0 and result["server_exit_codes"] == [0, 0]
+    summary = result["summary"]
+    # More requests than two allowances; LIMIT answered between the two.
+    assert summary["requests"] > 2 * LIMIT
+    assert summary["answered"] == LIMIT
+    assert summary["status_429"] == summary["requests"] - LIMIT
+    assert all(count > 0 for count in summary["answered_by_replica"])
+    sent = summary["requests_by_replica"]
+    assert abs(sent[0] - sent[1]) <= 8
+    counters = result["replica_counters"]
+    assert [c["compilations_after_warm_up"] for c in counters] == [0, 0]
+    assert [c["errors_rate_limited"] for c in counters] == [
+        s - a for s, a in zip(sent, summary["answered_by_replica"], strict=True)
+    ]
+    assert result["redis"].startswith("redis://127.0.0.1:")
+    assert all(m["rss_end_bytes"] > 2**20 for m in result["replica_memory"])
