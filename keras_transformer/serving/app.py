@@ -256,9 +256,7 @@ class Service:
             fields = read_fields(b"", "", request.url.query)
             caller = await self.callers.identify(request, fields)
         except RequestError as error:
-            self.metrics.errors.labels(error.kind).inc()
-            self.metrics.callers.labels(caller, error.status).inc()
-            return errors.refused(error)
+            return errors.refused(self.metrics, caller, error)
         self.metrics.callers.labels(caller, 200).inc()
         body, content_type = self.metrics.text()
         return Response(body, media_type=content_type)

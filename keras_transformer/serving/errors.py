@@ -30,8 +30,11 @@ def error(status, message, retry_after=None):
     return JSONResponse({"error": message}, status_code=status, headers=headers)
 
 
-def refused(request_error):
-    """The answer to a ``RequestError``."""
+def refused(metrics, caller, request_error):
+    """The answer to a ``RequestError`` of ``caller``, counted by its kind
+    and under its caller."""
+    metrics.errors.labels(request_error.kind).inc()
+    metrics.callers.labels(caller, request_error.status).inc()
     return error(request_error.status, request_error.message, request_error.retry_after)
 
 

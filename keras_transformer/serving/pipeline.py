@@ -64,9 +64,7 @@ class Pipeline:
             await self.callers.limit(request, caller)
             parsed = await loop.run_in_executor(self.parse_executor, parse, fields)
         except RequestError as error:
-            self.metrics.errors.labels(error.kind).inc()
-            self.metrics.callers.labels(caller, error.status).inc()
-            return errors.refused(error)
+            return errors.refused(self.metrics, caller, error)
         except ClientDisconnect:
             # The client went away before its body's end, or the server gave
             # up waiting for it (the body timeout: answered 408 and closed).
