@@ -29,42 +29,43 @@ that has them can be searched:
 The special ids (``start_id``, ``end_id``, ``pad_id``) are arguments;
 ``Translator`` passes its tokenizer's.
 
-Beam search (the paper, §6.1: "beam search with a beam size of 4 and length
-penalty α = 0.6") keeps ``beam_size`` hypotheses per input. A hypothesis that
-has produced the end token is finished: it stays in the beam with its score
-and competes with the unfinished ones. At each step every unfinished
-hypothesis is extended by every token, each finished one is carried over
-unchanged, and the ``beam_size`` best of all these candidates are kept, by
-``log P(Y | X) / lp(Y)`` with the length penalty of Wu et al. (2016),
-``lp(Y) = ((5 + |Y|) / 6) ** α`` (|Y| counts the end token). An input is done
-when its whole beam is finished, or, with ``top_n``, as soon as its ``top_n``
-best are finished and no unfinished hypothesis can overtake them (a bound:
-log P only falls, and lp is largest at the output limit); ``translate``
-needs only the best. Each source is encoded once and its hypotheses share
-the encoder output. Keeping finished hypotheses in the beam makes
-``beam_size=1`` exactly greedy search. keras-hub's ``BeamSampler`` is not used:
-it has no length penalty and no finished hypotheses (it always runs to the
-maximum length and ranks by the raw log-probability).
+Every search is one loop (``search.skeleton``) with parts: what a step may
+emit (``search.emission``: pad and start never, the end token forced at the
+limit for transformers' rules) and a selection rule that keeps the next
+hypotheses, with its length penalty:
 
-The pad and start ids are never generated: neither occurs inside a target
-sentence.
+- ``greedy_search``: ``search.greedy``, the most probable token;
+- ``beam_search``: the paper's (§6.1: "beam search with a beam size of 4
+  and length penalty α = 0.6"), ``search.one_beam``: finished and
+  unfinished hypotheses in one beam, ranked by ``log P(Y | X) / lp(Y)``
+  with the GNMT penalty of Wu et al. (2016), ``lp(Y) = ((5 + |Y|) / 6) **
+  α``; ``translate`` needs only the best, and a row stops once its best is
+  settled (``top_n``). keras-hub's ``BeamSampler`` is not used: it has no
+  length penalty and no finished hypotheses;
+- ``beam_search(..., length_penalty_form="transformers")``: Hugging Face
+  transformers' beam search (``search.transformers_beam``), for models
+  imported from checkpoints that expect it;
+- ``beam_search(..., constraints=...)``: lexically constrained beam search
+  (``search.constrained``), the paper's beam with constraint banks, with
+  either length penalty.
 
-``beam_search(..., length_penalty_form="transformers")`` runs Hugging Face
-transformers' beam search instead (``transformers_beam.py``), for models
-imported from checkpoints that expect it.
+Each source is encoded once and its hypotheses share the encoder output.
 """
 
 import collections
 import contextlib
 import threading
 
-import keras
 import numpy as np
 from keras import ops
 
 from keras_transformer import backend
 from keras_transformer._guards import checks as _checks
 from keras_transformer._guards import inputs as _inputs
+from keras_transformer.search.constrained import ConstrainedBeam, constraint_arrays
+from keras_transformer.search.emission import Emission
+from keras_transformer.search.greedy import Greedy
+from keras_transformer.search.one_beam import OneBeam
 from keras_transformer.search.options import (
     BEAM_SIZE,
     LENGTH_PENALTY,
@@ -72,129 +73,34 @@ from keras_transformer.search.options import (
     check_length_penalty,
     check_length_penalty_form,
     length_penalty,
+    transformers_length_penalty,
 )
-from keras_transformer.search.steps import _search_loop
-from keras_transformer.search.transformers_beam import transformers_beam_loop
+from keras_transformer.search.shapes import constraint_width
+from keras_transformer.search.skeleton import run_search
+from keras_transformer.search.transformers_beam import TwoPools
 from keras_transformer.special_tokens import END_ID, PAD_ID, START_ID
 
-# Log-probability of an impossible candidate. Finite, so that arithmetic on it
-# (sums, divisions by the length penalty) never makes a NaN.
-IMPOSSIBLE = -1e30
 _COMPILE_LOCK = threading.Lock()
 
 
-# -- one decoding step ---------------------------------------------------------------
-
-
-def _log_probs(logits, ids, last=None):
-    """Log-softmax over the vocabulary with pad and start made impossible, and
-    every token but the end one where ``last`` (rows at their last step,
-    when the end token is forced there)."""
-    vocab = ops.arange(ops.shape(logits)[-1])
-    banned = ops.logical_or(ops.equal(vocab, ids.pad), ops.equal(vocab, ids.start))
-    if last is not None:
-        banned = ops.logical_or(
-            banned, ops.logical_and(last[:, None], ops.not_equal(vocab, ids.end))
-        )
-    logits = ops.where(banned, IMPOSSIBLE, logits)
-    return ops.log_softmax(logits, axis=-1)
-
-
-def _at_column(columns, index):
-    return ops.equal(columns, index)[None, :]
-
-
-def _stops(tokens, index, max_lengths, end_id):
-    """True where a token ends its hypothesis: the end token or the length limit."""
-    full = ops.greater_equal(index + 1, max_lengths)
-    if end_id is None:
-        return full
-    return ops.logical_or(ops.equal(tokens, end_id), full)
-
-
-# -- the two searches, as functions of tensors -------------------------------------
+# -- the searches, as functions of tensors: the loop and its parts ---------------
 
 
 def greedy_loop(
     model, source_ids, max_lengths, max_length, use_cache, ids, forced_end=False
 ):
     """``greedy_search``'s ops without its host-side checks (what graphs trace)."""
-    rows = ops.shape(source_ids)[0]
-    columns = ops.arange(max_length)
-    steps = ops.max(max_lengths)
-
-    def cond(index, tokens, output, scores, done, state):
-        return ops.logical_and(ops.less(index, steps), ops.logical_not(ops.all(done)))
-
-    def body(step, index, tokens, output, scores, done, state):
-        logits, state = step(tokens, index, state)
-        last = ops.greater_equal(index + 1, max_lengths) if forced_end else None
-        log_probs = _log_probs(logits, ids, last)
-        chosen = ops.cast(ops.argmax(log_probs, axis=-1), "int32")
-        chosen = ops.where(done, ids.pad, chosen)
-        gain = ops.take_along_axis(log_probs, chosen[:, None], axis=1)[:, 0]
-        scores = scores + ops.where(done, 0.0, gain)
-        output = ops.where(_at_column(columns, index), chosen[:, None], output)
-        done = ops.logical_or(done, _stops(chosen, index, max_lengths, ids.end))
-        return index + 1, chosen, output, scores, done, state
-
-    start = (
-        ops.convert_to_tensor(0, "int32"),
-        ops.full((rows,), ids.start, "int32"),
-        ops.full((rows, max_length), ids.pad, "int32"),
-        ops.zeros((rows,), "float32"),
-        ops.less_equal(max_lengths, 0),
-    )
-    _, _, output, scores, _, _ = _search_loop(
-        model, source_ids, max_length, use_cache, 1, cond, body, start
-    )
-    return output, scores
-
-
-def _settled(log_probs, lengths, finished, top_n, final_penalty, alpha):
-    """``(B,)``: True where an input's ``top_n`` best hypotheses (the beam is
-    best first) are finished and no unfinished one can ever outrank them:
-    its log P only falls with each token, and its length penalty is at most
-    that of the output limit, so its final score is at most
-    log P / lp(limit). ``top_n`` may be a tensor: one compiled search
-    serves every ``top_n``."""
-    k = ops.shape(log_probs)[1]
-    nth_index = ops.convert_to_tensor(top_n, "int32") - 1
-    # The n-th score is recomputed, not read from top_k's values: using
-    # those values makes XLA:CPU's step several times slower.
-    nth = ops.take(log_probs, nth_index, axis=1) / length_penalty(
-        ops.cast(ops.take(lengths, nth_index, axis=1), "float32"), alpha
-    )
-    best_open = ops.max(ops.where(finished, IMPOSSIBLE, log_probs), axis=1)
-    in_top = ops.less_equal(ops.arange(k, dtype="int32"), nth_index)[None, :]
-    return ops.logical_and(
-        ops.all(ops.logical_or(finished, ops.logical_not(in_top)), axis=1),
-        ops.logical_or(
-            ops.all(finished, axis=1),
-            ops.greater_equal(nth, best_open / final_penalty),
-        ),
+    return run_search(
+        model,
+        source_ids,
+        max_lengths,
+        max_length,
+        use_cache,
+        Emission(ids, forced_end),
+        Greedy(max_lengths, max_length, ids),
     )
 
 
-def _beam_start(rows, k, max_length, limits, ids):
-    """The beam search's first loop values, before the step's state: index,
-    tokens, output, log P, lengths, finished, done."""
-    # All K hypotheses start as the same [START]; only the first may be
-    # extended at the first step, or the beam would hold K copies.
-    first = ops.equal(ops.arange(k), 0)[None, :]
-    nothing_to_do = ops.less_equal(limits, 0)
-    return (
-        ops.convert_to_tensor(0, "int32"),
-        ops.full((rows * k,), ids.start, "int32"),
-        ops.full((rows, k, max_length), ids.pad, "int32"),
-        ops.where(first, 0.0, IMPOSSIBLE) + ops.zeros((rows, k), "float32"),
-        ops.zeros((rows, k), "int32"),
-        ops.logical_and(nothing_to_do, ops.ones((rows, k), "bool")),
-        nothing_to_do[:, 0],
-    )
-
-
-# beam_search's ops without its host-side checks: what graphs trace.
 def beam_loop(
     model,
     source_ids,
@@ -205,97 +111,48 @@ def beam_loop(
     beam_size,
     alpha,
     top_n=None,
+    form="gnmt",
+    constraints=None,
 ):
-    rows = ops.shape(source_ids)[0]
-    k = beam_size
-    top_n = k if top_n is None else top_n
-    columns = ops.arange(max_length)
-    steps = ops.max(max_lengths)
-    limits = max_lengths[:, None]  # (B, 1)
-    # The largest length penalty a hypothesis of each input can reach.
-    final_penalty = length_penalty(ops.cast(max_lengths, "float32"), alpha)  # (B,)
-    # Row b, hypothesis j sits at b * K + j of the decoder's batch.
-    row_starts = (ops.arange(rows, dtype="int32") * k)[:, None]
-
-    def cond(index, tokens, output, log_probs, lengths, finished, done, state):
-        return ops.logical_and(ops.less(index, steps), ops.logical_not(ops.all(done)))
-
-    def body(step, index, tokens, output, log_probs, lengths, finished, done, state):
-        logits, state = step(tokens, index, state)
-        step_log_probs = _log_probs(logits, ids)
-        vocab = ops.shape(step_log_probs)[-1]
-        step_log_probs = ops.reshape(step_log_probs, (rows, k, vocab))
-        # A finished hypothesis has one candidate: itself, unchanged (its
-        # "next token" is padding, at no cost).
-        carry_over = ops.where(ops.equal(ops.arange(vocab), ids.pad), 0.0, IMPOSSIBLE)
-        step_log_probs = ops.where(
-            finished[:, :, None], carry_over[None, None, :], step_log_probs
+    """``beam_search``'s ops without its host-side checks (what graphs
+    trace): the loop with the parts ``form`` and ``constraints`` pick."""
+    top_n = beam_size if top_n is None else top_n
+    forced_end = form == "transformers"
+    penalty = transformers_length_penalty if forced_end else length_penalty
+    if constraints is not None:
+        selection = ConstrainedBeam(
+            max_lengths, max_length, ids, beam_size, alpha, penalty, top_n,
+            constraints=constraints,
+        )  # fmt: skip
+    elif form == "transformers":
+        selection = TwoPools(max_lengths, max_length, ids, beam_size, alpha)
+    else:
+        selection = OneBeam(
+            max_lengths, max_length, ids, beam_size, alpha, penalty, top_n
         )
-        candidates = log_probs[:, :, None] + step_log_probs  # (B, K, V)
-        candidate_lengths = ops.where(finished, lengths, index + 1)  # (B, K)
-        penalty = length_penalty(ops.cast(candidate_lengths, "float32"), alpha)
-        ranking = candidates / penalty[:, :, None]
-        # The K best of the K * V candidates of each input, best first.
-        _, best = ops.top_k(ops.reshape(ranking, (rows, k * vocab)), k)  # (B, K)
-        parents = best // vocab
-        chosen = ops.cast(best % vocab, "int32")
-        log_probs = ops.take_along_axis(
-            ops.reshape(candidates, (rows, k * vocab)), best, axis=1
-        )
-        parent_finished = ops.take_along_axis(finished, parents, axis=1)
-        lengths = ops.take_along_axis(candidate_lengths, parents, axis=1)
-        chosen = ops.where(parent_finished, ids.pad, chosen)
-        finished = ops.logical_or(
-            parent_finished, _stops(chosen, index, limits, ids.end)
-        )
-        done = ops.logical_or(
-            done, _settled(log_probs, lengths, finished, top_n, final_penalty, alpha)
-        )
-        # Each kept hypothesis continues its parent's tokens, cache and state.
-        output = ops.take_along_axis(output, parents[:, :, None], axis=1)
-        output = ops.where(_at_column(columns, index)[None], chosen[:, :, None], output)
-        flat_parents = ops.reshape(row_starts + ops.cast(parents, "int32"), (-1,))
-        state = keras.tree.map_structure(
-            lambda x: ops.take(x, flat_parents, axis=0), state
-        )
-        return (
-            index + 1,
-            ops.reshape(chosen, (-1,)),
-            output,
-            log_probs,
-            lengths,
-            finished,
-            done,
-            state,
-        )
-
-    start = _beam_start(rows, k, max_length, limits, ids)
-    _, _, output, log_probs, lengths, _, _, _ = _search_loop(
-        model, source_ids, max_length, use_cache, k, cond, body, start
+    return run_search(
+        model,
+        source_ids,
+        max_lengths,
+        max_length,
+        use_cache,
+        Emission(ids, forced_end),
+        selection,
     )
-    scores = log_probs / length_penalty(ops.cast(lengths, "float32"), alpha)
-    return output, scores, log_probs
 
 
 def _beam_function(model, key):
-    """The function of ``(source_ids, max_lengths, alpha, top_n)`` that
-    ``beam_search`` compiles for ``key``."""
-    _, max_length, use_cache, ids, beam_size, form = key
-    if form == "gnmt":
-        return lambda src, lengths, a, top_n: beam_loop(
-            model, src, lengths, max_length, use_cache, ids, beam_size, a, top_n
-        )
-    return lambda src, lengths, a, top_n: transformers_beam_loop(
-        model,
-        src,
-        lengths,
-        max_length,
-        use_cache,
-        ids,
-        beam_size,
-        a,
-        lambda logits, last: _log_probs(logits, ids, last),
-    )
+    """The function of ``(source_ids, max_lengths, alpha, top_n,
+    *constraints)`` that ``beam_search`` compiles for ``key``."""
+    _, max_length, use_cache, ids, beam_size, form, constraint_width = key
+
+    def run(src, lengths, alpha, top_n, *constraints):
+        return beam_loop(
+            model, src, lengths, max_length, use_cache, ids, beam_size, alpha,
+            top_n, form, constraints if constraint_width else None,
+        )  # fmt: skip
+
+    return run
 
 
 # -- compilation ------------------------------------------------------------------
@@ -456,6 +313,7 @@ def beam_search(
     pad_id=PAD_ID,
     top_n=None,
     length_penalty_form="gnmt",
+    constraints=None,
 ):
     """Beam search with the GNMT length penalty (paper §6.1: 4 beams, α = 0.6),
     or as transformers' ``generate`` searches.
@@ -478,6 +336,16 @@ def beam_search(
             ``"transformers"`` (``keras_transformer.search.transformers_beam``:
             scores ``log P(Y | X) / |Y| ** α``, and the end token forced at
             each row's limit).
+        constraints: optional list, one per row of ``source_ids`` (missing
+            rows have none), of lists of phrases, each a non-empty list of
+            target ids that the output must hold, contiguous
+            (``keras_transformer.search.constrained``: lexically
+            constrained beam search, with the length penalty of
+            ``length_penalty_form``). None (default): no constraints, and
+            the search is the plain one of ``length_penalty_form``. The
+            hypotheses are then ranked by constraint tokens met, then
+            score; a constraint that cannot fit in a row's limit is missing
+            from its output (check it there).
 
     Returns:
         ``(tokens, scores, log_probs)``: ``(B, beam_size, max_length)`` int32,
@@ -498,7 +366,7 @@ def beam_search(
         )
     top_n = int(top_n)
     form = check_length_penalty_form(length_penalty_form)
-    if form == "transformers":
+    if form == "transformers" and constraints is None:
         top_n = beam_size  # its own stopping rule
     ids = check_special_ids(start_id, end_id, pad_id)
     if form == "transformers" and ids.end is None:
@@ -506,9 +374,14 @@ def beam_search(
     source_ids, max_lengths, max_length = _check_inputs(
         model, source_ids, max_lengths, max_length
     )
+    arrays = ()
+    if constraints is not None:
+        arrays = _constraint_inputs(model, constraints, source_ids.shape[0], ids)
     # top_n is an argument of the program, not part of its key: the n best
-    # of any n share the search compiled for the best alone.
-    key = ("beam", max_length, bool(use_cache), ids, beam_size, form)
+    # of any n share the search compiled for the best alone; the
+    # constraints' width is part of it (bucketed).
+    width = arrays[0].shape[1] if arrays else 0
+    key = ("beam", max_length, bool(use_cache), ids, beam_size, form, width)
     run = compiled_function(model, key, _beam_function(model, key))
     with unchecked_loop(model):
         tokens, scores, log_probs = run(
@@ -516,5 +389,45 @@ def beam_search(
             max_lengths,
             np.asarray(alpha, "float32"),
             np.asarray(top_n, "int32"),
+            *arrays,
         )
     return _numpy(tokens), _numpy(scores), _numpy(log_probs)
+
+
+def _constraint_inputs(model, constraints, rows, ids):
+    """``constraint_arrays`` of checked ``constraints``, as wide as the
+    bucket of the most constraint tokens a row has."""
+    try:
+        constraints = [[[t for t in phrase] for phrase in row] for row in constraints]
+    except TypeError:
+        raise TypeError(
+            "constraints must be a list (one per row) of lists of phrases "
+            "(lists of ids)."
+        ) from None
+    if len(constraints) > rows:
+        raise ValueError(
+            f"constraints has {len(constraints)} rows, source_ids only {rows}."
+        )
+    vocab_size = getattr(model, "tgt_vocab_size", None)
+    special = {ids.start, ids.end, ids.pad}
+    for r, row in enumerate(constraints):
+        for phrase in row:
+            if not phrase:
+                raise ValueError(f"constraints[{r}] has an empty phrase.")
+            for token in phrase:
+                if isinstance(token, bool) or not isinstance(token, (int, np.integer)):
+                    raise TypeError(
+                        f"constraints[{r}]: ids must be ints. Received: {token!r}"
+                    )
+                if (
+                    token in special
+                    or token < 0
+                    or (vocab_size is not None and token >= vocab_size)
+                ):
+                    raise ValueError(
+                        f"constraints[{r}]: {token} is not an id a search can "
+                        f"produce (the special ids {sorted(special)} and ids "
+                        "outside the target vocabulary cannot be)."
+                    )
+    most = max([sum(len(p) for p in row) for row in constraints] + [1])
+    return constraint_arrays(constraints, rows, constraint_width(most))

@@ -22,3 +22,9 @@ def width(length, max_length=None):
 def widths(max_length):
     """Every width up to ``max_length``, in order."""
     return sorted({width(n, max_length) for n in range(1, max_length + 1)})
+
+
+def constraint_width(tokens):
+    """The padded width of ``tokens`` constraint tokens (8, 16, 32, ...): a
+    constrained search is compiled once per width, not per glossary."""
+    return bucket_length(max(tokens, 1), None, **_RULE)

@@ -26,11 +26,9 @@ OPUS-MT's generation configs set). The arithmetic follows
 so that ties and empty slots fall the same way.
 """
 
-import keras
 from keras import ops
 
 from keras_transformer.search.options import transformers_length_penalty
-from keras_transformer.search.steps import _search_loop
 
 # transformers' sentinel for a hypothesis that may not be chosen.
 _EXCLUDED = -1.0e9
@@ -89,49 +87,43 @@ def _improvable(open_rows, best_running, pool, alpha, index):
     return ops.logical_and(open_rows, ops.any(best_possible[:, None] > worst, axis=1))
 
 
-def transformers_beam_loop(
-    model,
-    source_ids,
-    max_lengths,
-    max_length,
-    use_cache,
-    ids,
-    beam_size,
-    alpha,
-    log_probs_of,
-):
-    """The search's ops without host-side checks, as ``decoding.beam_loop``.
+class TwoPools:
+    """transformers' beam search as a selection rule of the search loop
+    (``keras_transformer.search.skeleton``; its emission forces the end token
+    at each row's limit). Carry: ``(running tokens (B, K, T), running log P
+    (B, K), pool, open rows (B,))``, the pool ``(tokens, scores, log P,
+    filled)``; the result is the pool's ``(tokens, scores, log P)``, best
+    first."""
 
-    ``log_probs_of(logits, last)`` gives a step's renormalized
-    log-probabilities, the end token forced where ``last`` (the row's last
-    step). Returns ``(tokens, scores, log_probs)`` of the pool, best first.
-    """
-    rows = ops.shape(source_ids)[0]
-    k = beam_size
-    columns = ops.arange(max_length)
-    steps = ops.max(max_lengths)
-    row_starts = (ops.arange(rows, dtype="int32") * k)[:, None]
+    def __init__(self, max_lengths, max_length, ids, beam_size, alpha):
+        self.max_lengths = max_lengths
+        self.columns = ops.arange(max_length)
+        self.ids = ids
+        self.beam_size = beam_size
+        self.alpha = alpha
 
-    def cond(index, tokens, running, running_scores, pool, open_rows, state):
-        return ops.logical_and(ops.less(index, steps), ops.any(open_rows))
+    def start(self, rows, max_length):
+        return _start(rows, self.beam_size, max_length, self.max_lengths, self.ids)
 
-    def body(step, index, tokens, running, running_scores, pool, open_rows, state):
-        logits, state = step(tokens, index, state)
-        last = ops.repeat(ops.greater_equal(index + 1, max_lengths), k, axis=0)
-        step_log_probs = log_probs_of(logits, last)
-        vocab = ops.shape(step_log_probs)[-1]
-        totals = ops.reshape(step_log_probs, (rows, k, vocab))
+    def open(self, carry):
+        return ops.any(carry[-1])
+
+    def select(self, carry, log_probs, index):
+        running, running_scores, pool, open_rows = carry
+        rows, k = ops.shape(running_scores)[0], self.beam_size
+        vocab = ops.shape(log_probs)[-1]
+        totals = ops.reshape(log_probs, (rows, k, vocab))
         totals = totals + running_scores[:, :, None]
         # The 2K best extensions of each input's beam, by log P.
         cand_log_probs, best = ops.top_k(ops.reshape(totals, (rows, k * vocab)), 2 * k)
         parents = best // vocab
         chosen = ops.cast(best % vocab, "int32")
         cand_tokens = _gather(running, parents)
-        at_index = _at_column(columns, index)
+        at_index = _at_column(self.columns, index)
         cand_tokens = ops.where(at_index, chosen[:, :, None], cand_tokens)
         ends = ops.logical_or(
-            ops.equal(chosen, ids.end),
-            ops.greater_equal(index + 1, max_lengths)[:, None],
+            ops.equal(chosen, self.ids.end),
+            ops.greater_equal(index + 1, self.max_lengths)[:, None],
         )
         # The K best that do not end continue.
         continuing = cand_log_probs + ops.where(ends, _EXCLUDED, 0.0)
@@ -140,30 +132,25 @@ def transformers_beam_loop(
         running_scores = _gather(continuing, kept)
         kept_parents = _gather(parents, kept)
         pool = _finish(
-            pool, (cand_tokens, cand_log_probs, ends), alpha, index, open_rows, k
+            pool, (cand_tokens, cand_log_probs, ends), self.alpha, index, open_rows, k
         )
         open_rows = ops.logical_and(
-            _improvable(open_rows, running_scores[:, 0], pool, alpha, index),
-            ops.less(index + 1, max_lengths),
+            _improvable(open_rows, running_scores[:, 0], pool, self.alpha, index),
+            ops.less(index + 1, self.max_lengths),
         )
-        flat_parents = ops.reshape(row_starts + ops.cast(kept_parents, "int32"), (-1,))
-        state = _reorder(state, flat_parents)
-        tokens = ops.reshape(_gather(chosen, kept), (-1,))
-        return index + 1, tokens, running, running_scores, pool, open_rows, state
+        carry = (running, running_scores, pool, open_rows)
+        return carry, kept_parents, _gather(chosen, kept)
 
-    start = _start(rows, k, max_length, max_lengths, ids)
-    *_, pool, _, _ = _search_loop(
-        model, source_ids, max_length, use_cache, k, cond, body, start
-    )
-    tokens, scores, log_probs, _ = pool
-    return tokens, scores, log_probs
+    def result(self, carry):
+        tokens, scores, log_probs, _ = carry[2]
+        return tokens, scores, log_probs
 
 
 def _start(rows, k, max_length, max_lengths, ids):
-    """The loop's first values, before the step's state: index, tokens, the
-    beam's tokens and log P (only the first hypothesis may be extended at
-    the first step, or the beam would hold K copies), the empty pool
-    (tokens, scores, log P, filled), and the rows still open."""
+    """The selection's first carry: the beam's tokens and log P (only the
+    first hypothesis may be extended at the first step, or the beam would
+    hold K copies), the empty pool (tokens, scores, log P, filled), and the
+    rows still open."""
     first = ops.equal(ops.arange(k), 0)[None, :]
     pool = (
         ops.full((rows, k, max_length), ids.pad, "int32"),
@@ -172,8 +159,6 @@ def _start(rows, k, max_length, max_lengths, ids):
         ops.zeros((rows, k), "bool"),
     )
     return (
-        ops.convert_to_tensor(0, "int32"),
-        ops.full((rows * k,), ids.start, "int32"),
         ops.full((rows, k, max_length), ids.pad, "int32"),
         ops.where(first, 0.0, _EXCLUDED) + ops.zeros((rows, k), "float32"),
         pool,
@@ -183,7 +168,3 @@ def _start(rows, k, max_length, max_lengths, ids):
 
 def _at_column(columns, index):
     return ops.equal(columns, index)[None, None, :]
-
-
-def _reorder(state, flat_parents):
-    return keras.tree.map_structure(lambda x: ops.take(x, flat_parents, axis=0), state)
