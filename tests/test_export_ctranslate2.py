@@ -394,9 +394,14 @@ def test_bad_texts_and_options_fail_as_the_translators(numbers, fast):
         with pytest.raises(type(ours.value), match=str(ours.value)):
             fast.n_best(["one"], n=n)
     assert fast.translate([]) == []
-    # transformers' beam search is the Keras engine's alone.
+    # transformers' beam search is the Keras engine's alone, and so are
+    # constrained searches: a glossary is refused, not ignored.
     with pytest.raises(ValueError, match="the CTranslate2 engine searches with"):
         fast.translate(["one"], length_penalty_form="transformers")
+    assert not fast.takes_constraints
+    for terms in (dict(glossary={"one": "eins"}), dict(constraints=[["eins"]])):
+        with pytest.raises(ValueError, match="cannot follow a glossary"):
+            fast.translate(["one"], **terms)
 
 
 @pytest.mark.once

@@ -459,6 +459,12 @@ def test_several_output_widths_are_chosen_per_chunk(translator, tmp_path):
     assert written["output_widths"] == [64, 128]
     assert not written["jit_compile"] and xla_functions(path) == 0
     assert in_process(path, texts) == wide.translate(texts, **options)
+    # Its search has no constraints: a glossary is refused, not ignored.
+    import tensorflow as tf
+
+    translate = tf.saved_model.load(os.fspath(path)).signatures["translate"]
+    with pytest.raises(TypeError, match="glossary"):
+        translate(texts=tf.constant(texts), glossary=tf.constant(["a\tb"]))
 
 
 @pytest.mark.once("tensorflow")

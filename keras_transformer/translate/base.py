@@ -37,6 +37,7 @@ from keras_transformer.search.options import (
     SearchOptions,
     check_n_best,
 )
+from keras_transformer.translate.constraints import constraint_ids, warn_missing
 
 
 def check_texts(texts):
@@ -88,6 +89,9 @@ class TranslatorBase:
     and methods: ``engine`` (a property: what translates, in words),
     ``default_batch_size`` (a property) and ``_search_sorted`` (below);
     optionally ``check_tokenizer``, ``warm_up`` and ``warm_up_attention``.
+    An engine whose search takes constraints (glossaries) sets
+    ``takes_constraints`` and takes ``constraints=`` in ``_search_sorted``;
+    the others refuse a glossary rather than ignore it.
 
     The methods keep no state between calls: several threads may translate
     with one translator at once (an engine that needs a lock takes its own).
@@ -131,6 +135,9 @@ class TranslatorBase:
             top_n: how many of the best hypotheses must be exact (None: all
                 ``beam_size``); an engine may give more.
             report: call with the number of sentences done so far.
+            constraints: (only given to an engine that ``takes_constraints``,
+                and only when some source has any) per source, the id
+                phrases its translation must hold.
 
         Returns:
             one list per source of hypotheses ``(ids, score)``, best first,
@@ -174,7 +181,15 @@ class TranslatorBase:
 
     # -- text ---------------------------------------------------------------------
 
-    def translate(self, texts, search=None, target_language=None, **options):
+    def translate(
+        self,
+        texts,
+        search=None,
+        target_language=None,
+        glossary=None,
+        constraints=None,
+        **options,
+    ):
         """Translate sentences with beam search (greedy with ``beam_size=1``).
 
         Args:
@@ -187,6 +202,19 @@ class TranslatorBase:
                 ``translator.target_languages``; Marian's ``>>fra<<`` token
                 is put before each text). Required by such a model unless
                 every text starts with its token; refused by any other.
+            glossary: optional ``{source term: target term}`` (a dict or a
+                ``keras_transformer.translate.glossary.Glossary``): each
+                source term found in a text (``Glossary.targets`` says how
+                it matches) makes its target term a constraint of that
+                text's translation.
+            constraints: optional list, one per text, of lists of target
+                phrases (str) the translation must contain, each spelled by
+                the tokenizer as it would spell it inside a sentence.
+                With either, the search is lexically constrained beam search
+                (``keras_transformer.search.constrained``); a constraint
+                that cannot fit in the output limit is left out and named
+                in a ``UserWarning``. Engines that cannot constrain their
+                search (``takes_constraints`` False) refuse both.
             **options: its fields, replacing ``search``'s: ``beam_size``
                 (4), ``length_penalty`` (0.6), ``length_penalty_form``,
                 ``max_output_length``, ``batch_size``, ``use_cache``,
@@ -200,11 +228,23 @@ class TranslatorBase:
                 read.
         """
         best = self.translate_ids(
-            texts, self.search_options(search, **options), target_language
+            texts,
+            self.search_options(search, **options),
+            target_language,
+            glossary,
+            constraints,
         )
         return self.detokenize(best)
 
-    def translate_ids(self, texts, search=None, target_language=None, **options):
+    def translate_ids(
+        self,
+        texts,
+        search=None,
+        target_language=None,
+        glossary=None,
+        constraints=None,
+        **options,
+    ):
         """Like ``translate`` but returns the generated token ids.
 
         Returns:
@@ -212,28 +252,47 @@ class TranslatorBase:
             the end id unless the maximum output length was reached first.
         """
         search = self.search_options(search, **options)
+        texts = check_texts(texts)
+        wanted = self.constraint_ids(texts, glossary, constraints)
         texts = self.with_target_language(texts, target_language)
-        hypotheses = self._decode(self.encode_sources(texts), search, top_n=1)
+        hypotheses = self._decode(
+            self.encode_sources(texts), search, top_n=1, constraints=wanted
+        )
         return [row[0][0] for row in hypotheses]
 
-    def n_best(self, texts, n=None, search=None, target_language=None, **options):
+    def n_best(
+        self,
+        texts,
+        n=None,
+        search=None,
+        target_language=None,
+        glossary=None,
+        constraints=None,
+        **options,
+    ):
         """The ``n`` best translations of each sentence, with their scores.
 
         Args:
             texts: list of str.
             n: int, at most ``beam_size`` (default: ``beam_size``).
-            search, target_language, **options: as for ``translate``.
+            search, target_language, glossary, constraints, **options: as
+                for ``translate``.
 
         Returns:
             list (one per input) of lists of ``(translation, score)``, best
             first; the score is the search's ``log P(Y | X) / lp(Y)``, the
-            quantity it ranks by.
+            quantity it ranks by (with constraints, the translations that
+            hold more constraint tokens come first).
         """
         # The search first: n defaults to beam_size and is bounded by it.
         search = self.search_options(search, **options)
         n = check_n_best(n, search.beam_size)
+        texts = check_texts(texts)
+        wanted = self.constraint_ids(texts, glossary, constraints)
         texts = self.with_target_language(texts, target_language)
-        found = self._decode(self.encode_sources(texts), search, top_n=n)
+        found = self._decode(
+            self.encode_sources(texts), search, top_n=n, constraints=wanted
+        )
         return self.n_best_texts(found, n)
 
     def n_best_texts(self, found, n):
@@ -412,7 +471,7 @@ class TranslatorBase:
             for row in sources
         ]
 
-    def _search_limited(self, sources, limits, search, top_n, report):
+    def _search_limited(self, sources, limits, search, top_n, report, wanted=None):
         """``_search_sorted`` for the sources with something to translate;
         the empty translation, scored 0, for those whose limit is 0."""
         kept = [i for i, limit in enumerate(limits) if limit > 0]
@@ -421,18 +480,38 @@ class TranslatorBase:
         if not kept:
             report(len(sources))
             return outputs
+        # Engines without constraints keep their signature.
+        extra = {} if wanted is None else {"constraints": [wanted[i] for i in kept]}
         found = self._search_sorted(
             [sources[i] for i in kept],
             [limits[i] for i in kept],
             search,
             top_n,
             lambda done: report(done + empty),
+            **extra,
         )
         for i, output in zip(kept, found, strict=True):
             outputs[i] = output
         return outputs
 
-    def _decode(self, source_ids, search, top_n=None):
+    def constraint_ids(self, texts, glossary=None, constraints=None):
+        """Per text, the target-id phrases its translation must hold (from
+        ``glossary`` and ``constraints``, as ``translate`` takes them), or
+        None for none; ``ValueError`` from an engine that cannot constrain
+        its search (``takes_constraints``)."""
+        if glossary is None and constraints is None:
+            return None
+        if not self.takes_constraints:
+            raise ValueError(
+                f"{self.engine} cannot follow a glossary or constraints (its "
+                "search has no constraints); translate with the .keras model."
+            )
+        self.check_tokenizer()
+        return constraint_ids(self.tokenizer, check_texts(texts), glossary, constraints)
+
+    takes_constraints = False
+
+    def _decode(self, source_ids, search, top_n=None, constraints=None):
         sources = self.check_source_ids(source_ids)
         limits = self._limits(sources, search)
         order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
@@ -443,15 +522,18 @@ class TranslatorBase:
             search,
             top_n,
             progress.update if progress is not None else _ignore,
+            None if constraints is None else [constraints[i] for i in order],
         )
         results = [None] * len(sources)
         for i, output in zip(order, outputs, strict=True):
             results[i] = output
+        if constraints is not None:
+            warn_missing(results, constraints, limits)
         return results
 
     # -- sources sorted and checked by the caller (kt-serve) -----------------------
 
-    def search_ids_sorted(self, sources, search, top_n=None):
+    def search_ids_sorted(self, sources, search, top_n=None, constraints=None):
         """Search encoded sources that the caller has sorted by length
         (shortest first) and checked as ``check_source_ids`` does: they are
         neither sorted nor checked again (a server sorts each batch once,
@@ -463,13 +545,21 @@ class TranslatorBase:
                 default); ``verbose`` is not read.
             top_n: how many of the best hypotheses must be exact (None: all
                 ``beam_size``; 1 for ``translate``'s, ``n`` for ``n_best``'s).
+            constraints: optional, per source, the id phrases its
+                translation must hold (``constraint_ids``); rows with none
+                may be ``[]``. The caller checks the outputs
+                (``translate.constraints.missing``).
 
         Returns:
             one list per source, in the order of ``sources``, of hypotheses
             ``(ids, score)``, best first, as ``decode_ids`` gives them.
         """
         limits = self._limits(sources, search)
-        return self._search_limited(sources, limits, search, top_n, _ignore)
+        if constraints is not None and not any(constraints):
+            constraints = None
+        return self._search_limited(
+            sources, limits, search, top_n, _ignore, constraints
+        )
 
 
 def _ignore(done):

@@ -44,6 +44,7 @@ from keras_transformer.data.languages import check_languages
 from keras_transformer.data.sentencepiece_layer import OLD_NAMES
 from keras_transformer.data.tokenizer import special_ids
 from keras_transformer.search import decoding, shapes
+from keras_transformer.search.emission import IMPOSSIBLE
 from keras_transformer.search.options import SearchOptions, check_length
 from keras_transformer.translate.base import TranslatorBase
 
@@ -314,27 +315,46 @@ class Translator(TranslatorBase, keras.Model):
                 target.assign(source.value)
         return copy
 
-    def warm_up(self, search=None, **options):
+    def warm_up(self, search=None, constraint_tokens=0, **options):
         """Compile the search of ``translate`` for every source and output
         width a batch of ``batch_size`` rows can have, so that no later call
         with these options waits for a compilation (with ``fixed_batch=True``
         every batch has that many rows; a server's warm-up).
 
+        Args:
+            search, **options: as for ``translate``.
+            constraint_tokens: int, the most constraint tokens (glossary
+                terms' pieces) a sentence may bring: the constrained
+                searches of every constraint width up to it are compiled
+                too (0, the default: none).
+
         Returns:
-            int: the searches run, one per (source width, output width).
+            int: the searches run, one per (source width, output width,
+            constraint width).
         """
         search = self.search_options(search, **options)
         sizes = self._search_shapes(search)
         model = self._search_model()
         rows = search.batch_size_or(self.default_batch_size)
+        constraint_widths = [None]
+        if constraint_tokens:
+            top = shapes.constraint_width(constraint_tokens)
+            constraint_widths += [w for w in shapes.widths(top) if w <= top]
         for length, limit in sizes.values():
             # Any ids compile the same program; the output width comes from
             # the largest limit, and the other rows stop after one token.
             source = [self.unk_id] * (length - 1) + [self.end_id]
-            self._decode_batch(
-                model, [source] * rows, [limit] + [1] * (rows - 1), search, top_n=1
-            )
-        return len(sizes)
+            for width in constraint_widths:
+                wanted = None if width is None else [[[self.unk_id] * width]]
+                self._decode_batch(
+                    model,
+                    [source] * rows,
+                    [limit] + [1] * (rows - 1),
+                    search,
+                    top_n=1,
+                    constraints=wanted,
+                )
+        return len(sizes) * len(constraint_widths)
 
     def _search_shapes(self, search):
         """``{(source width, output width): (source length, output limit)}``
@@ -375,22 +395,28 @@ class Translator(TranslatorBase, keras.Model):
             )
         return len(lengths)
 
-    def _search_sorted(self, sources, limits, search, top_n, report):
+    takes_constraints = True
+
+    def _search_sorted(self, sources, limits, search, top_n, report, constraints=None):
         batch_size = search.batch_size_or(self.default_batch_size)
         model = self._search_model() if sources else self.transformer
         outputs = []
         for start in range(0, len(sources), batch_size):
+            batch = slice(start, start + batch_size)
             outputs += self._decode_batch(
                 model,
-                sources[start : start + batch_size],
-                limits[start : start + batch_size],
+                sources[batch],
+                limits[batch],
                 search,
                 top_n,
+                None if constraints is None else constraints[batch],
             )
             report(len(outputs))
         return outputs
 
-    def _decode_batch(self, model, sources, limits, search, top_n=None):
+    def _decode_batch(
+        self, model, sources, limits, search, top_n=None, constraints=None
+    ):
         rows = len(sources)
         batch_size = search.batch_size_or(self.default_batch_size)
         # A power of two of rows (capped by batch_size), or batch_size itself,
@@ -410,7 +436,14 @@ class Translator(TranslatorBase, keras.Model):
         width = shapes.width(max(limits), self.target_max_length)
         ids = special_ids(self.tokenizer)
         form = search.length_penalty_form
-        if search.beam_size == 1:
+        # A batch with no constraint searches as it would without any.
+        if constraints is not None and any(constraints):
+            tokens, scores, log_probs = decoding.beam_search(
+                model, src, max_lengths, search.beam_size, search.length_penalty,
+                width, search.use_cache, **ids, top_n=top_n,
+                length_penalty_form=form, constraints=constraints,
+            )  # fmt: skip
+        elif search.beam_size == 1:
             tokens, log_probs = decoding.greedy_search(
                 model, src, max_lengths, width, search.use_cache, **ids,
                 forced_end=form == "transformers",
@@ -428,7 +461,7 @@ class Translator(TranslatorBase, keras.Model):
             for j, (row, log_prob) in enumerate(
                 zip(tokens[i], log_probs[i], strict=True)
             ):
-                if hypotheses and log_prob < decoding.IMPOSSIBLE / 2:
+                if hypotheses and log_prob < IMPOSSIBLE / 2:
                     continue  # an empty beam slot (vocabulary < beam)
                 # Generated tokens are never the pad id: the first ends a row.
                 row = row.tolist()
