@@ -1,6 +1,7 @@
 """kt-evaluate: scoring, the command end to end, and its failures."""
 
 import json
+import pathlib
 
 import keras
 import pytest
@@ -356,3 +357,89 @@ def test_translate_command_missing_model(tmp_path, capsys):
         translate.main(["--model", str(tmp_path / "none.keras"), "hello"])
     assert raised.value.code == 2
     assert "none.keras" in capsys.readouterr().err
+
+
+# -- --glossary ------------------------------------------------------------------
+
+# The trained number-task translator of 0.2.0 and what it gives unconstrained.
+NUMBERS = pathlib.Path(__file__).parent / "fixtures" / "v0_2_0" / "translator.keras"
+UNCONSTRAINED = json.loads((NUMBERS.parent / "expected.json").read_text("utf-8"))
+
+
+def write_glossary(tmp_path, text):
+    path = tmp_path / "terms.tsv"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+@pytest.mark.once
+def test_bad_glossary_is_reported_before_the_model_is_loaded(data, tmp_path, capsys):
+    from keras_transformer.cli import translate
+
+    glossary = write_glossary(tmp_path, "# numbers\nzero\tnull\nseven sieben\n")
+    message = f'{glossary}, line 3: expected "source<TAB>target", found no tab\n'
+    absent = str(tmp_path / "absent.keras")  # a model error would come later
+    source, reference = data
+    argv = ["--model", absent, "--source", str(source), "--reference", str(reference)]
+    err = run_failing([*argv, "--glossary", str(glossary)], capsys, tmp_path / "o")
+    assert err.endswith(f"kt-evaluate: error: {message}")
+    for glossary_path, expected in (
+        (glossary, message),
+        (tmp_path / "none.tsv", f"{tmp_path / 'none.tsv'}: no such file\n"),
+    ):
+        with pytest.raises(SystemExit) as raised:
+            translate.main(["--model", absent, "--glossary", str(glossary_path), "x"])
+        assert raised.value.code == 2
+        assert capsys.readouterr().err.endswith(f"kt-translate: error: {expected}")
+
+
+@pytest.mark.slow
+@pytest.mark.once
+def test_translate_and_evaluate_with_a_glossary(tmp_path, capsys):
+    from keras_transformer.cli import translate
+
+    glossary = write_glossary(tmp_path, "zero\tnull\n")
+    index = UNCONSTRAINED["sentences"].index("zero")
+    assert "null" not in UNCONSTRAINED["beam4"][index]  # "drei"
+    with_terms = ["--model", str(NUMBERS), "--glossary", str(glossary)]
+    translations = translate.main([*with_terms, "zero", "seven"])
+    assert "null" in translations[0] and translations[1] == "sieben"
+    best = translate.main([*with_terms, "--n-best", "2", "zero"])
+    assert "null" in best[0][0][0]
+    capsys.readouterr()
+    source, reference = tmp_path / "src.txt", tmp_path / "ref.txt"
+    source.write_text("zero\nseven\n", encoding="utf-8")
+    reference.write_text("null\nsieben\n", encoding="utf-8")
+    hyps = tmp_path / "hyps.txt"
+    argv = [*with_terms, "--source", str(source), "--reference", str(reference)]
+    argv += ["--out", str(tmp_path / "eval.json"), "--hypotheses", str(hyps)]
+    result = evaluate.main(argv)
+    assert hyps.read_text(encoding="utf-8").splitlines() == translations
+    assert result["glossary"] == str(glossary)
+
+
+@pytest.mark.slow
+@pytest.mark.once
+def test_glossary_the_model_cannot_follow(tmp_path, capsys, monkeypatch):
+    """A target term the vocabulary cannot spell, or an engine without
+    constrained search, stop the command like other bad input."""
+    from keras_transformer.cli import translate
+
+    argv = ["--model", str(NUMBERS), "--glossary"]
+    unspellable = write_glossary(tmp_path, "zero\t\u2603\n")
+    with pytest.raises(SystemExit) as raised:
+        translate.main([*argv, str(unspellable), "zero"])
+    assert raised.value.code == 2
+    assert "target term '\u2603' has characters" in capsys.readouterr().err
+
+    def unconstrained(path):
+        translator = evaluation.load_translator(path)
+        translator.takes_constraints = False  # as a CTranslate2 export's
+        return translator
+
+    monkeypatch.setattr(translate, "load_translator", unconstrained)
+    glossary = write_glossary(tmp_path, "zero\tnull\n")
+    with pytest.raises(SystemExit) as raised:
+        translate.main([*argv, str(glossary), "zero"])
+    assert raised.value.code == 2
+    assert "cannot follow a glossary" in capsys.readouterr().err

@@ -4,6 +4,7 @@ import argparse
 import os
 
 from keras_transformer.search import options
+from keras_transformer.translate.glossary import GlossaryError, read_glossary
 
 
 def positive_int(text):
@@ -105,6 +106,40 @@ def add_target_language_argument(parser):
         help="the language to translate into, for a model that translates "
         "into several (an imported multi-target Marian model: fra for >>fra<<)",
     )
+
+
+def add_glossary_argument(parser):
+    """``--glossary``: terms the translations must use."""
+    parser.add_argument(
+        "--glossary",
+        metavar="FILE.tsv",
+        help="terms the translations must use: UTF-8 text, one "
+        "'source term<TAB>target term' per line (# starts a comment); each "
+        "source term a sentence holds makes its target term part of the "
+        "translation",
+    )
+
+
+def read_glossary_argument(parser, path):
+    """The glossary at ``--glossary``'s ``path`` (None without one), read
+    before the model loads: a bad file ends the command at once with status
+    2 and a message naming the file and line, not after seconds of loading.
+    """
+    if path is None:
+        return None
+    try:
+        return read_glossary(path)
+    except GlossaryError as error:
+        parser.exit(2, f"{parser.prog}: error: {error}\n")
+
+
+def check_glossary(translator, texts, glossary):
+    """Raise ``ValueError`` now for what would stop the search at its start,
+    so that a command reports it like other bad input: a glossary for an
+    engine that cannot follow one, or a target term of an entry ``texts``
+    use that the model's vocabulary cannot spell."""
+    if glossary is not None:
+        translator.constraint_ids(texts, glossary)
 
 
 SEARCH_FLAGS = ("beam_size", "length_penalty", "length_penalty_form", "batch_size")

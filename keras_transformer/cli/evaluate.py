@@ -3,7 +3,8 @@
     kt-evaluate --model runs/x/translator.keras (or a CTranslate2 export's directory) \\
         --source data/val.de.gz --reference data/val.en.gz \\
         [--out runs/x/eval-val.json] [--hypotheses runs/x/val.hyp] [--batch-size N] \\
-        [--beam-size 4] [--length-penalty 0.6] [--checkpoint runs/x/checkpoints/step-…]
+        [--beam-size 4] [--length-penalty 0.6] [--glossary terms.tsv] \\
+        [--checkpoint runs/x/checkpoints/step-…]
 
 The source and reference files are checked (same number of lines, no empty
 line, valid UTF-8) before the model is loaded, and a bad file, like a missing
@@ -11,13 +12,15 @@ or damaged model, stops the run with exit status 2 and a one-line message
 naming the file. Scores come from sacrebleu with its default settings
 (detokenized text, 13a tokenization for BLEU). Decoding is beam search with
 4 beams and length penalty 0.6 by default, as in the paper (§6.1);
-``--beam-size 1`` is greedy.
+``--beam-size 1`` is greedy. ``--glossary`` (one ``source term<TAB>target
+term`` per line, read and checked before the model too) makes each
+translation hold the target terms of the source terms its sentence holds.
 ``--checkpoint`` evaluates the weights of one of ``kt-train``'s
 checkpoint folders instead of the saved model's (e.g. the last checkpoint
 rather than the average of the last few). The JSON written holds the scores,
 their sacrebleu signatures and the run's model, checkpoint, data, search
-settings, backend, engine (``keras jax float32``, ``ctranslate2 int8``, ...)
-and translation time; by
+settings, glossary file, backend, engine (``keras jax float32``,
+``ctranslate2 int8``, ...) and translation time; by
 default it goes next to the model as ``eval-<source name>.json``. Output files
 are replaced atomically: a failed run leaves earlier results as they were.
 """
@@ -29,11 +32,14 @@ import time
 
 from keras_transformer.atomic import write_atomic
 from keras_transformer.cli._arguments import (
+    add_glossary_argument,
     add_model_argument,
     add_search_arguments,
     add_target_language_argument,
     add_verbose_argument,
+    check_glossary,
     model_engine,
+    read_glossary_argument,
     search_options,
 )
 from keras_transformer.cli._extras import exit_if_missing, require
@@ -73,6 +79,7 @@ def _parser():
     parser.add_argument("--hypotheses", help="also write the translations here")
     add_search_arguments(parser, batch_size=True)
     add_target_language_argument(parser)
+    add_glossary_argument(parser)
     parser.add_argument(
         "--checkpoint", help="a training checkpoint folder whose weights to use"
     )
@@ -125,6 +132,7 @@ def main(argv=None):
         sources, references = read_parallel(args.source, args.reference)
     except CorpusError as error:
         fail(str(error))
+    glossary = read_glossary_argument(parser, args.glossary)
     try:
         with exit_if_missing(parser.prog, engine):
             translator = load_translator(args.model)
@@ -137,11 +145,12 @@ def main(argv=None):
 
     try:
         sources = translator.with_target_language(sources, args.target_language)
+        check_glossary(translator, sources, glossary)
     except ValueError as error:
         fail(str(error))
     search = search_options(args, translator, verbose=1)
     start = time.perf_counter()
-    hypotheses = translator.translate(sources, search)
+    hypotheses = translator.translate(sources, search, glossary=glossary)
     seconds = time.perf_counter() - start
 
     import keras  # here, not on import: the process settings come first
@@ -155,6 +164,7 @@ def main(argv=None):
         beam_size=search.beam_size,
         length_penalty=search.length_penalty,
         length_penalty_form=search.length_penalty_form,
+        glossary=args.glossary,
         backend=keras.backend.backend(),
         engine=translator.engine,
         seconds=round(seconds, 3),

@@ -9,9 +9,13 @@ when none are given; translations go to standard output, one per line, in
 the same order. Decoding is beam search with 4 beams and length penalty 0.6
 by default, as in the paper (§6.1); ``--beam-size 1`` is greedy. With
 ``--n-best N`` each sentence gives its N best translations, one per line as
-``score<TAB>translation``, then an empty line. A missing or damaged model
-stops the run with exit status 2 and a one-line message naming the file,
-and so does a missing optional package (naming the extra to install).
+``score<TAB>translation``, then an empty line. With ``--glossary FILE.tsv``
+(one ``source term<TAB>target term`` per line) each translation holds the
+target terms of the source terms its sentence holds
+(``keras_transformer.translate.glossary`` says how terms match). A missing
+or damaged model stops the run with exit status 2 and a one-line message
+naming the file, and so do a missing optional package (naming the extra to
+install) and a bad glossary file (naming the line, before the model loads).
 
 Given a CTranslate2 export (a directory), the command imports neither Keras
 nor a backend nor TensorFlow: the engine is chosen from the path before
@@ -23,12 +27,15 @@ import os
 import sys
 
 from keras_transformer.cli._arguments import (
+    add_glossary_argument,
     add_model_argument,
     add_search_arguments,
     add_target_language_argument,
     add_verbose_argument,
+    check_glossary,
     model_engine,
     positive_int,
+    read_glossary_argument,
     search_options,
 )
 from keras_transformer.cli._extras import exit_if_missing
@@ -76,6 +83,7 @@ def main(argv=None, stdin=None, stdout=None):
     add_verbose_argument(parser)
     add_search_arguments(parser, batch_size=True)
     add_target_language_argument(parser)
+    add_glossary_argument(parser)
     parser.add_argument(
         "--n-best", type=positive_int, help="print the N best (N <= --beam-size)"
     )
@@ -85,6 +93,7 @@ def main(argv=None, stdin=None, stdout=None):
         parser.error(
             f"--n-best {args.n_best} is more than --beam-size {args.beam_size}"
         )
+    glossary = read_glossary_argument(parser, args.glossary)
     if not os.path.exists(args.model):  # before seconds of imports
         parser.exit(2, f"{parser.prog}: error: {args.model}: no such model file\n")
     engine = model_engine(args.model)
@@ -98,6 +107,7 @@ def main(argv=None, stdin=None, stdout=None):
     try:
         sentences = read_sentences(args.sentences, stdin)
         sentences = translator.with_target_language(sentences, args.target_language)
+        check_glossary(translator, sentences, glossary)
     except ValueError as error:
         parser.exit(2, f"{parser.prog}: error: {error}\n")
     search = search_options(args, translator, verbose=1)
@@ -108,13 +118,15 @@ def main(argv=None, stdin=None, stdout=None):
             f"model's beam size {search.beam_size}\n",
         )
     if args.n_best is not None:
-        n_best = translator.n_best(sentences, n=args.n_best, search=search)
+        n_best = translator.n_best(
+            sentences, n=args.n_best, search=search, glossary=glossary
+        )
         for hypotheses in n_best:
             for text, score in hypotheses:
                 print(f"{score:.4f}\t{text}", file=stdout)
             print(file=stdout)
         return n_best
-    translations = translator.translate(sentences, search)
+    translations = translator.translate(sentences, search, glossary=glossary)
     for translation in translations:
         print(translation, file=stdout)
     return translations
