@@ -27,6 +27,7 @@ from keras_transformer.data.numbers import english, german
 from keras_transformer.layers.position import sinusoidal_table
 from keras_transformer.pretrained import marian
 from keras_transformer.special_tokens import END_ID, PAD_ID, START_ID, UNK_ID
+from keras_transformer.translate.constraints import missing
 from tests import subprocess_coverage
 
 REPO = Path(__file__).resolve().parents[1]
@@ -434,6 +435,21 @@ def test_the_default_search_comes_from_the_generation_config(trained):
     assert translator.max_output_length == GENERATION["max_length"] - 1
     # A call's options replace the defaults one by one.
     assert translator.search_options(beam_size=2).length_penalty_form == "transformers"
+
+
+def test_an_imported_model_follows_constraints(trained):
+    """Under its own search's rules (transformers' length penalty, the end
+    forced at the limit), constrained: the translation of "seven" put into
+    those of two other numbers, spelled by the target tokenizer."""
+    translator, _, _ = trained
+    texts = [english(n) for n in (30, 58, 7)]
+    plain = translator.translate(texts)
+    constraints = [[plain[2]], [plain[2]], []]
+    ids = translator.translate_ids(texts, constraints=constraints)
+    wanted = translator.constraint_ids(texts, constraints=constraints)
+    for row, phrases in zip(ids, wanted, strict=True):
+        assert missing(row, phrases) == []
+    assert ids[2] == translator.translate_ids(texts[2:])[0]
 
 
 @pytest.fixture(scope="module")
