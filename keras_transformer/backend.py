@@ -6,7 +6,9 @@ ones, stopping on a bad value inside a compiled step, working around a fused
 kernel that fails), it calls a function of this module.
 """
 
+import contextlib
 import functools
+import logging
 import threading
 
 import keras
@@ -227,6 +229,26 @@ def flash_attention_flag():
 
 _compilations = 0
 _compilations_lock = threading.Lock()
+
+
+class _Retracing(logging.Filter):
+    def filter(self, record):
+        return "triggered tf.function retracing" not in record.getMessage()
+
+
+@contextlib.contextmanager
+def deliberate_retracing():
+    """TensorFlow's warning of a function traced again and again, held back
+    where the tracing is deliberate (a warm-up traces each search at every
+    shape): TensorFlow counts together the traces of the functions that
+    share their Python code, as the compiled searches of one kind do."""
+    logger = logging.getLogger("tensorflow")  # TensorFlow's, by its name
+    quiet = _Retracing()
+    logger.addFilter(quiet)
+    try:
+        yield
+    finally:
+        logger.removeFilter(quiet)
 
 
 def compilations():

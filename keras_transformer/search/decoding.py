@@ -336,16 +336,12 @@ def beam_search(
             ``"transformers"`` (``keras_transformer.search.transformers_beam``:
             scores ``log P(Y | X) / |Y| ** α``, and the end token forced at
             each row's limit).
-        constraints: optional list, one per row of ``source_ids`` (missing
-            rows have none), of lists of phrases, each a non-empty list of
-            target ids that the output must hold, contiguous
-            (``keras_transformer.search.constrained``: lexically
-            constrained beam search, with the length penalty of
-            ``length_penalty_form``). None (default): no constraints, and
-            the search is the plain one of ``length_penalty_form``. The
-            hypotheses are then ranked by constraint tokens met, then
-            score; a constraint that cannot fit in a row's limit is missing
-            from its output (check it there).
+        constraints: optional, per row (missing rows have none), a list of
+            phrases (non-empty lists of target ids) the output must hold,
+            contiguous: lexically constrained beam search
+            (``search.constrained``) with ``length_penalty_form``'s penalty,
+            hypotheses ranked by constraint tokens met, then score; one
+            that cannot fit in a row's limit is missing from its output.
 
     Returns:
         ``(tokens, scores, log_probs)``: ``(B, beam_size, max_length)`` int32,
@@ -356,15 +352,7 @@ def beam_search(
     """
     beam_size = check_beam_size(beam_size)
     alpha = check_length_penalty(length_penalty)
-    top_n = beam_size if top_n is None else top_n
-    if isinstance(top_n, bool) or not isinstance(top_n, (int, np.integer)):
-        raise TypeError(f"top_n must be an int. Received: top_n={top_n!r}")
-    if not 1 <= top_n <= beam_size:
-        raise ValueError(
-            f"top_n must be between 1 and beam_size={beam_size}. "
-            f"Received: top_n={top_n}"
-        )
-    top_n = int(top_n)
+    top_n = _check_top_n(top_n, beam_size)
     form = check_length_penalty_form(length_penalty_form)
     if form == "transformers" and constraints is None:
         top_n = beam_size  # its own stopping rule
@@ -377,9 +365,8 @@ def beam_search(
     arrays = ()
     if constraints is not None:
         arrays = _constraint_inputs(model, constraints, source_ids.shape[0], ids)
-    # top_n is an argument of the program, not part of its key: the n best
-    # of any n share the search compiled for the best alone; the
-    # constraints' width is part of it (bucketed).
+    # top_n is an argument of the program, not part of its key; the
+    # constraints' (bucketed) width is.
     width = arrays[0].shape[1] if arrays else 0
     key = ("beam", max_length, bool(use_cache), ids, beam_size, form, width)
     run = compiled_function(model, key, _beam_function(model, key))
@@ -392,6 +379,18 @@ def beam_search(
             *arrays,
         )
     return _numpy(tokens), _numpy(scores), _numpy(log_probs)
+
+
+def _check_top_n(top_n, beam_size):
+    top_n = beam_size if top_n is None else top_n
+    if isinstance(top_n, bool) or not isinstance(top_n, (int, np.integer)):
+        raise TypeError(f"top_n must be an int. Received: top_n={top_n!r}")
+    if not 1 <= top_n <= beam_size:
+        raise ValueError(
+            f"top_n must be between 1 and beam_size={beam_size}. "
+            f"Received: top_n={top_n}"
+        )
+    return int(top_n)
 
 
 def _constraint_inputs(model, constraints, rows, ids):

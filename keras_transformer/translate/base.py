@@ -158,9 +158,11 @@ class TranslatorBase:
         """Raise ``ValueError`` if the tokenizer cannot be used (an engine
         whose tokenizer is read later than it is made checks it here)."""
 
-    def warm_up(self, search=None, **options):
+    def warm_up(self, search=None, constraint_tokens=0, **options):
         """Do what the first call would do slowly (load, compile), so that a
-        server answers its first request as fast as the rest.
+        server answers its first request as fast as the rest
+        (``constraint_tokens``: the most constraint tokens a sentence may
+        bring, for an engine that compiles its constrained searches).
 
         Returns:
             int: the searches compiled (0 for an engine that compiles

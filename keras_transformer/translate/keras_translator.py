@@ -39,6 +39,7 @@ import threading
 import keras
 import numpy as np
 
+from keras_transformer import backend
 from keras_transformer.data.contract import TextTokenizer
 from keras_transformer.data.languages import check_languages
 from keras_transformer.data.sentencepiece_layer import OLD_NAMES
@@ -340,6 +341,11 @@ class Translator(TranslatorBase, keras.Model):
         if constraint_tokens:
             top = shapes.constraint_width(constraint_tokens)
             constraint_widths += [w for w in shapes.widths(top) if w <= top]
+        with backend.deliberate_retracing():
+            self._warm_up_sizes(model, sizes, rows, search, constraint_widths)
+        return len(sizes) * len(constraint_widths)
+
+    def _warm_up_sizes(self, model, sizes, rows, search, constraint_widths):
         for length, limit in sizes.values():
             # Any ids compile the same program; the output width comes from
             # the largest limit, and the other rows stop after one token.
@@ -354,7 +360,6 @@ class Translator(TranslatorBase, keras.Model):
                     top_n=1,
                     constraints=wanted,
                 )
-        return len(sizes) * len(constraint_widths)
 
     def _search_shapes(self, search):
         """``{(source width, output width): (source length, output limit)}``
