@@ -59,13 +59,13 @@ class FaultyTranslator:
     def __getattr__(self, name):
         return getattr(self._translator, name)
 
-    def search_ids_sorted(self, sources, search, top_n=None):
+    def search_ids_sorted(self, sources, search, top_n=None, **constraints):
         if top_n == 1 and any(getattr(ids, "crash", False) for ids in sources):
             raise RuntimeError("the search crashed (injected)")
         for ids in sources:
             time.sleep(getattr(ids, "sleep", 0.0))
         plain = [list(ids) for ids in sources]
-        return self._translator.search_ids_sorted(plain, search, top_n)
+        return self._translator.search_ids_sorted(plain, search, top_n, **constraints)
 
     def attention_maps(self, source, target=None):
         if source == "crash":

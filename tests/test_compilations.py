@@ -81,3 +81,29 @@ def test_nothing_compiles_after_warm_up(translator):
         for target in texts:
             translator.attention_maps(source, target)
     assert backend.compilations() == warmed
+
+
+@pytest.mark.backends("jax", "tensorflow")
+def test_nothing_compiles_for_constraints_after_a_constrained_warm_up(translator):
+    """``warm_up(constraint_tokens=N)``, a server's with glossaries: then no
+    source length, top_n or constraints of up to N tokens (in one phrase or
+    several) compiles."""
+    tokens = 12  # constraint widths 8 and 16
+    search = translator.search_options(beam_size=4, batch_size=2, fixed_batch=True)
+    translator.warm_up(search, constraint_tokens=tokens)
+    warmed = backend.compilations()
+    word = translator.tokenizer.encode([WORD], add_end=False)[0]
+    assert len(word) == 1
+    sources = [translator.tokenizer.encode([" ".join([WORD] * k)])[0] for k in range(6)]
+    for held in range(1, tokens + 1):
+        for phrases in ([word * held], [word] * held):
+            for top_n in (1, search.beam_size):
+                for ids in sources:
+                    translator.search_ids_sorted(
+                        [ids], search, top_n=top_n, constraints=[phrases]
+                    )
+    # Rows with and without constraints in one batch.
+    translator.search_ids_sorted(
+        sources[:2], search, top_n=1, constraints=[[word * tokens], []]
+    )
+    assert backend.compilations() == warmed

@@ -45,8 +45,10 @@ class EchoEngine(TranslatorBase):
     engine = "echo"
     default_batch_size = 4
     languages = ("en", "de")
+    # A glossary goes all the way to the search, which holds none of it.
+    takes_constraints = True
 
-    def _search_sorted(self, sources, limits, search, top_n, report):
+    def _search_sorted(self, sources, limits, search, top_n, report, constraints=None):
         results = []
         for source, limit in zip(sources, limits, strict=True):
             body = source[:-1][: max(limit - 1, 0)] + [self.end_id]
@@ -158,7 +160,7 @@ def client():
 
 FIELDS = (
     "texts", "text", "beam_size", "length_penalty", "api_key", "q", "source",
-    "target", "format", "alternatives",
+    "target", "format", "alternatives", "glossary",
 )  # fmt: skip
 scalars = (
     st.none()

@@ -11,8 +11,10 @@ people; ``POST /translate`` takes this package's ``{"texts": [...],
 "beam_size": 4, "length_penalty": 0.6}`` (answering ``{"translations":
 [...], "model": ..., "version": ...}``) or LibreTranslate's fields (``q``,
 ``source``, ``target``, ``format``, ``alternatives``, ``api_key``; ``GET
-/languages``); ``POST /explain`` gives the page the n best and their
-cross-attention; ``GET /health`` is 200 once the model is loaded and warm
+/languages``), either with a ``glossary`` ``{"source term": "target
+term"}`` that the translations follow (``--glossary-max-tokens``, compiled
+at start-up; 0 for none); ``POST /explain`` gives the page the n best and
+their cross-attention; ``GET /health`` is 200 once the model is loaded and warm
 (503 before); ``GET /metrics`` is in the Prometheus text format. Requests
 that arrive within ``--max-wait-ms`` of each other are translated together,
 up to ``--max-batch-size`` sentences (sorted by length and searched in

@@ -38,6 +38,7 @@ from keras_transformer.serving.requests import (
     parse_explain,
     parse_translate,
     read_fields,
+    translations,
 )
 from keras_transformer.serving.searcher import Searcher
 from keras_transformer.serving.settings import Settings
@@ -239,6 +240,7 @@ class Service:
                 "beam_sizes": list(searcher.limits.beam_sizes),
                 "beam_size": searcher.limits.search.beam_size,
                 "attention": searcher.translator.gives_attention,
+                "glossary": searcher.takes_glossaries,
                 "api_key_required": self.callers.need_keys,
             }
         )
@@ -285,17 +287,27 @@ class Service:
                 searcher.encode,
                 searcher.languages,
                 self.translator.target_languages,
+                searcher.constrain,
             )
-        parsed = parse_translate(fields, searcher.limits, searcher.encode)
+        parsed = parse_translate(
+            fields, searcher.limits, searcher.encode, searcher.constrain
+        )
         return dataclasses.replace(parsed, answer=self._stamped)
 
-    def _stamped(self, results):
+    def _stamped(self, results, missed=None):
         # This package's answer says which model gave it.
-        return {"translations": results, "model": self.name, "version": self.version}
+        answer = translations(results, missed)
+        return {**answer, "model": self.name, "version": self.version}
 
     def _parse_explain(self, fields):
-        return parse_explain(fields, self.searcher.limits, self.searcher.encode)
+        searcher = self.searcher
+        return parse_explain(
+            fields, searcher.limits, searcher.encode, searcher.constrain
+        )
 
-    def _explanation(self, parsed, results):
+    def _explanation(self, parsed, results, missed):
         # The attention runs the model: on the search thread, in turn.
-        return explanation(self.translator, parsed.texts[0], results[0])
+        answer = explanation(self.translator, parsed.texts[0], results[0])
+        if missed is not None:
+            answer["glossary_missed"] = missed[0]
+        return answer

@@ -16,22 +16,30 @@ A model translates one pair, so ``source`` must be its source language (or
 ``target`` its target (one of its target languages, for a model that
 translates into several). ``format: "html"`` translates each run of text
 between tags and keeps the markup (``serving/html_text.py``).
+
+One field is this server's own: ``glossary``, as in this package's API
+(``serving/glossaries.py``). A request that sends one gets
+``"glossaryMissed"`` in its answer, the target terms each translation
+misses (a list per ``q``, or one list for a single ``q``); a request
+without one is answered as LibreTranslate would.
 """
 
 from keras_transformer.data.languages import language_name
 from keras_transformer.serving.html_text import HtmlDocument
 from keras_transformer.serving.requests import (
+    GLOSSARY_FIELD,
     KEY_FIELD,
     RequestError,
     TranslateRequest,
     check_cost,
     check_texts,
+    glossary_of,
     json_type,
     search_of,
     shown,
 )
 
-FIELDS = ("q", "source", "target", "format", "alternatives", KEY_FIELD)
+FIELDS = ("q", "source", "target", "format", "alternatives", GLOSSARY_FIELD, KEY_FIELD)
 FORMATS = ("text", "html")
 # LibreTranslate's own cap on alternatives.
 MAX_ALTERNATIVES = 3
@@ -68,7 +76,9 @@ def is_libretranslate(fields):
     return "q" in fields
 
 
-def parse_libretranslate(fields, limits, encode, languages, target_languages):
+def parse_libretranslate(
+    fields, limits, encode, languages, target_languages, constrain=None
+):
     """The ``TranslateRequest`` of a LibreTranslate request.
 
     Args:
@@ -77,6 +87,7 @@ def parse_libretranslate(fields, limits, encode, languages, target_languages):
         encode: ``encode(texts, target_language)`` → each text's ids, as
             for ``requests.parse_translate``.
         languages, target_languages: as for ``languages_answer``.
+        constrain: as for ``requests.parse_translate``.
     """
     unknown = sorted(set(fields) - set(FIELDS))
     if unknown:
@@ -105,14 +116,19 @@ def parse_libretranslate(fields, limits, encode, languages, target_languages):
     alternatives = _alternatives(fields, search.beam_size)
     # Markup without text has nothing to search.
     sources = check_texts(texts, "q", limits, encode, target_language) if texts else []
-    check_cost(sources, search, limits)
+    terms, constraints = glossary_of(fields, texts, "q", constrain)
+    check_cost(sources, search, limits, constraints)
     return TranslateRequest(
         texts,
         sources,
         search,
         n=alternatives + 1 if alternatives else None,
         target_language=target_language,
-        answer=lambda results: _answer(results, one, documents, alternatives),
+        answer=lambda results, missed=None: _answer(
+            results, one, documents, alternatives, missed
+        ),
+        terms=terms,
+        constraints=constraints,
     )
 
 
@@ -187,7 +203,7 @@ def _alternatives(fields, beam_size):
     return value
 
 
-def _answer(results, one, documents, alternatives):
+def _answer(results, one, documents, alternatives, missed):
     if alternatives:
         best = [row[0][0] for row in results]
         others = [[text for text, _ in row[1:]] for row in results]
@@ -195,15 +211,28 @@ def _answer(results, one, documents, alternatives):
         best, others = list(results), None
     if documents is not None:
         best, others = _render(documents, best, others)
+        if missed is not None:
+            missed = _missed_by_document(documents, missed)
+    extra = {"alternatives": others, "glossaryMissed": missed}
     if one:
         answer = {"translatedText": best[0]}
-        if others is not None:
-            answer["alternatives"] = others[0]
+        answer.update({k: v[0] for k, v in extra.items() if v is not None})
         return answer
     answer = {"translatedText": best}
-    if others is not None:
-        answer["alternatives"] = others
+    answer.update({k: v for k, v in extra.items() if v is not None})
     return answer
+
+
+def _missed_by_document(documents, missed):
+    """Per document, the terms missed by the translations of its runs
+    (each once, in order)."""
+    by_document, start = [], 0
+    for document in documents:
+        end = start + len(document.texts)
+        terms = [term for row in missed[start:end] for term in row]
+        by_document.append(list(dict.fromkeys(terms)))
+        start = end
+    return by_document
 
 
 def _render(documents, best, others):

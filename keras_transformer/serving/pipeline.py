@@ -15,6 +15,7 @@ from starlette.responses import JSONResponse
 
 from keras_transformer.serving import errors
 from keras_transformer.serving.connections import BODY_TIMED_OUT
+from keras_transformer.serving.glossaries import split_missed
 from keras_transformer.serving.requests import RequestError, read_fields
 
 
@@ -50,8 +51,9 @@ class Pipeline:
 
     async def answer(self, request, parse, finish=None):
         """The answer to ``request``: ``parse(fields)`` → a
-        ``TranslateRequest``; ``finish(parsed, results)``, if given, runs
-        on the search thread and makes the body."""
+        ``TranslateRequest``; ``finish(parsed, results, missed)``, if given,
+        runs on the search thread and makes the body (``missed``: as
+        ``TranslateRequest.answer`` takes it)."""
         caller = "anonymous"
         loop = asyncio.get_running_loop()
         try:
@@ -77,11 +79,23 @@ class Pipeline:
 
     async def _search(self, request, parsed, finish):
         if not parsed.texts:
-            return JSONResponse(parsed.answer([]))  # markup without text
+            # Markup without text.
+            return JSONResponse(parsed.answer(*split_missed(parsed, [])))
         # The target language is in the sources' ids: requests into any of a
-        # model's languages share a batch.
-        options = (parsed.search, parsed.n)
-        job = asyncio.ensure_future(self._batcher().submit(parsed.sources, options))
+        # model's languages share a batch. Requests with constraints share
+        # batches with one another only: a constrained search is another
+        # program, slower, and does not search a row without constraints
+        # exactly as the plain one does (with one beam it is a beam search,
+        # not the greedy one), so the others are answered as without
+        # glossaries whatever arrives beside them.
+        constrained = parsed.constraints is not None
+        sources = (
+            list(zip(parsed.sources, parsed.constraints, strict=True))
+            if constrained
+            else parsed.sources
+        )
+        options = (parsed.search, parsed.n, constrained)
+        job = asyncio.ensure_future(self._batcher().submit(sources, options))
         gone = asyncio.ensure_future(_disconnect(request.receive))
         await asyncio.wait({job, gone}, return_when=asyncio.FIRST_COMPLETED)
         gone.cancel()
@@ -94,13 +108,14 @@ class Pipeline:
         except Exception as failure:  # the batcher's, mapped in errors
             return errors.search_error(self.metrics, failure)
         self.metrics.sentences.inc(len(results))
+        results, missed = split_missed(parsed, results)
         if finish is not None:
             loop = asyncio.get_running_loop()
             body = await loop.run_in_executor(
-                self.search_executor, finish, parsed, results
+                self.search_executor, finish, parsed, results, missed
             )
             return JSONResponse(body)
-        return JSONResponse(parsed.answer(results))
+        return JSONResponse(parsed.answer(results, missed))
 
     async def body(self, request):
         """The body's bytes, at most ``max_body_bytes``; 413 beyond (from

@@ -6,14 +6,16 @@ Warm-up compiles every program an admitted request can reach, so that
 nothing compiles on the search thread while others wait: for each admitted
 beam size, the search at every source and output width a batch can have;
 the n best (LibreTranslate's ``alternatives``, the page's ``/explain``)
-share one program per beam size (``top_n``); and the attention maps of
-``/explain`` at every bucketed shape. ``kt_serve_compilations`` counts what
-compiled after warm-up: it stays 0.
+share one program per beam size (``top_n``); the constrained searches of
+glossaries at every constraint width up to ``--glossary-max-tokens``; and
+the attention maps of ``/explain`` at every bucketed shape.
+``kt_serve_compilations`` counts what compiled after warm-up: it stays 0.
 """
 
 import sys
 
 from keras_transformer.search.options import SearchOptions
+from keras_transformer.serving import glossaries
 from keras_transformer.serving.requests import Limits, RequestError
 
 
@@ -53,16 +55,14 @@ class Searcher:
             fixed_batch=True,
         )
         beam_sizes = tuple(sorted({*self.settings.beam_sizes, search.beam_size}))
-        self.limits = Limits(
-            max_texts=self.settings.max_texts,
-            max_tokens=translator.source_max_length or sys.maxsize,
-            beam_sizes=beam_sizes,
-            max_cost=self.settings.max_request_cost,
-            max_chars=self.settings.char_limit,
-            search=search,
-        )
+        self.limits = limits(self.settings, translator, beam_sizes, search)
+        # Only an engine that takes constraints is asked to compile them.
+        tokens = glossary_tokens(self.settings, translator)
+        constrained = {"constraint_tokens": tokens} if tokens else {}
         for beam_size in beam_sizes:
-            translator.warm_up(SearchOptions.of(search, beam_size=beam_size))
+            translator.warm_up(
+                SearchOptions.of(search, beam_size=beam_size), **constrained
+            )
         if translator.gives_attention:
             translator.warm_up_attention()
         self.translator = translator
@@ -79,31 +79,85 @@ class Searcher:
             raise RequestError(400, str(error)[:300]) from None
         return translator.tokenizer.encode(texts)
 
+    @property
+    def takes_glossaries(self):
+        """Whether a request's glossary is followed (the engine constrains
+        its search and ``--glossary-max-tokens`` is not 0)."""
+        return self.translator is not None and bool(
+            glossary_tokens(self.settings, self.translator)
+        )
+
+    def constrain(self, texts, glossary, name):
+        """A request's glossary as its texts' constraints
+        (``glossaries.constrain``; ``RequestError`` for one refused)."""
+        return glossaries.constrain(self.translator, self.limits, texts, glossary, name)
+
     def search(self, sources, options, wanted):
         """The batcher's search call: the sources sorted by length (the one
         sort they get) and searched a group at a time, as the translator
         would, so that the groups of a client that has gone meanwhile are
-        skipped, not searched."""
-        search, n = options
-        translator = self.translator
+        skipped, not searched.
+
+        ``options`` is ``(search, n, constrained)``. A constrained batch's
+        sources are ``(ids, phrases)`` (the id phrases its translation must
+        hold), and its results ``(answer, missed)``: the indexes of the
+        phrases the best translation does not hold."""
+        search, n, constrained = options
+        phrases = None
+        if constrained:
+            phrases = [row for _, row in sources]
+            sources = [ids for ids, _ in sources]
         order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
         results = [None] * len(sources)
         for start in range(0, len(order), search.batch_size):
             chunk, still = order[start : start + search.batch_size], wanted()
             group = [i for i in chunk if still[i]]
             self.metrics.dropped.inc(len(chunk) - len(group))
-            if not group:
-                continue
-            found = translator.search_ids_sorted(
-                [sources[i] for i in group], search, top_n=top_n(search, n)
-            )
-            if n is None:
-                answers = translator.detokenize([row[0][0] for row in found])
-            else:
-                answers = translator.n_best_texts(found, n)
-            for i, answer in zip(group, answers, strict=True):
-                results[i] = answer
+            if group:
+                answers = self._search_group(sources, phrases, group, search, n)
+                for i, answer in zip(group, answers, strict=True):
+                    results[i] = answer
         return results
+
+    def _search_group(self, sources, phrases, group, search, n):
+        translator = self.translator
+        # Without constraints, the call an engine without them takes.
+        extra = {} if phrases is None else {"constraints": [phrases[i] for i in group]}
+        found = translator.search_ids_sorted(
+            [sources[i] for i in group], search, top_n=top_n(search, n), **extra
+        )
+        if n is None:
+            answers = translator.detokenize([row[0][0] for row in found])
+        else:
+            answers = translator.n_best_texts(found, n)
+        if phrases is None:
+            return answers
+        return [
+            (answer, glossaries.missed_phrases(row[0][0], phrases[i]))
+            for i, answer, row in zip(group, answers, found, strict=True)
+        ]
+
+
+def limits(settings, translator, beam_sizes, search):
+    """The ``Limits`` of requests to ``translator`` (its beam sizes and
+    default search decided)."""
+    return Limits(
+        max_texts=settings.max_texts,
+        max_tokens=translator.source_max_length or sys.maxsize,
+        beam_sizes=beam_sizes,
+        max_cost=settings.max_request_cost,
+        max_chars=settings.char_limit,
+        search=search,
+        glossary_max_tokens=settings.glossary_max_tokens,
+        glossary_max_entries=settings.glossary_max_entries,
+        glossary_max_term_chars=settings.glossary_max_term_chars,
+    )
+
+
+def glossary_tokens(settings, translator):
+    """The most glossary tokens a text may bring: ``--glossary-max-tokens``,
+    or 0 for an engine whose search takes no constraints."""
+    return settings.glossary_max_tokens if translator.takes_constraints else 0
 
 
 def top_n(search, n):

@@ -25,6 +25,17 @@ def positive_int(text):
     return value
 
 
+def non_negative_int(text):
+    """An int >= 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError(f"not an integer: {text!r}") from None
+    if value < 0:
+        raise ValueError(f"must be >= 0, got {value}")
+    return value
+
+
 def _number_in(low, high, low_included):
     def parse(text):
         try:
@@ -113,6 +124,26 @@ class Settings:
     char_limit: int | None = _setting(
         None, "characters of text per request; beyond, 413 (default: no limit)",
         parse=positive_int,
+    )  # fmt: skip
+    # -- glossaries (the "glossary" field) -----------------------------------------
+    # Off unless asked: each constraint width up to it (8, 16, ...) is
+    # compiled at start-up for every beam size, each taking about as long
+    # again as the searches without constraints.
+    glossary_max_tokens: int = _setting(
+        0, "most target tokens the glossary terms found in one text may "
+        "bring (its translation's constraints), e.g. 16; beyond, 413. Their "
+        "searches are compiled at start-up; 0 (default) takes no glossaries",
+        parse=non_negative_int, metavar="N",
+    )  # fmt: skip
+    glossary_max_entries: int = _setting(
+        1000, "most entries of a request's glossary; beyond, 413",
+        parse=positive_int, metavar="N",
+    )  # fmt: skip
+    # A term, not a sentence: the glossary's matching regex grows with the
+    # terms' length, and it is built for each request on the parse thread.
+    glossary_max_term_chars: int = _setting(
+        100, "most characters of a glossary term; beyond, 413",
+        parse=positive_int, metavar="N",
     )  # fmt: skip
     # -- who may translate, and how often (LibreTranslate's option names) ---------
     api_keys: str | None = _setting(
