@@ -117,6 +117,7 @@ def test_a_constraint_longer_than_the_limit_is_left_out_not_hidden(searched):
         assert len(best(tokens, row)) <= LIMIT
 
 
+@pytest.mark.once
 def test_bad_constraints_are_refused(searched):
     model, src = searched
     for bad, error in [
@@ -131,6 +132,7 @@ def test_bad_constraints_are_refused(searched):
             decoding.beam_search(model, src, LIMIT, 4, 0.6, WIDTH, constraints=bad)
 
 
+@pytest.mark.once
 def test_constraint_arrays():
     tokens, starts, nexts = constraint_arrays([[[5, 6, 7], [8]], [[9, 10]]], 3, 8)
     np.testing.assert_array_equal(tokens[0, :5], [5, 6, 7, 8, -1])
@@ -187,6 +189,7 @@ def test_a_glossary_is_followed_where_its_term_occurs_and_nowhere_else(numbers):
     assert best[0][0][0] == got[0]
 
 
+@pytest.mark.once
 def test_what_cannot_be_followed_is_said(numbers):
     with pytest.warns(UserWarning, match="1 of 1 translations miss a constraint"):
         numbers.translate(["seven"], constraints=[["dreissig"]], max_output_length=4)
