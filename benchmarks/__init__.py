@@ -9,6 +9,9 @@ Not part of the installed package: run them from a clone's root, e.g.
 - ``step_speed``: ours against keras-hub's layers in one process, in turns,
   and the step's floors (``matmul_floor``);
 - ``decoding_speed``: greedy and beam search per backend;
+- ``constrained_decoding``: terminology: constraints drawn from references
+  (coverage, BLEU, time against plain beam search) and a glossary on the
+  numbers task;
 - ``data_speed``: a made-up corpus larger than memory, memory and batch rate;
 - ``keras_hub_recipe``: the same model trained the way keras-hub's guides do;
 - ``bleu_curve``: validation BLEU of a run's checkpoints against minutes;
