@@ -1,6 +1,10 @@
 """Searching a model for translations (§6.1): the settings
-(``SearchOptions``, the defaults written once), greedy and beam search, the
-step loop they share, and the widths a compiled search is built for.
+(``SearchOptions``, the defaults written once); one search loop
+(``skeleton``) and its parts: what a step may emit (``emission``) and the
+selection rules (``greedy``, ``one_beam``, ``transformers_beam``,
+``constrained``: terminology); ``greedy_search`` and ``beam_search`` over
+them (``decoding``); the step and its cache, and the widths a compiled
+search is built for.
 
 The searches know a model only through its public methods (``encode``,
 ``initial_cache``, ``decode_step``), never a translator or a tokenizer.
