@@ -176,17 +176,19 @@ def test_a_glossary_is_followed_where_its_term_occurs_and_nowhere_else(numbers):
     """The Swiss spelling "dreissig", which the model never writes: every
     source with the word "thirty" gets it; the others translate as
     without a glossary (their batch has no constraint)."""
+    # One batch shape for every call: two programs, plain and constrained.
+    rows = dict(batch_size=8, fixed_batch=True)
     with_term = ["thirty", "one hundred thirty", "thirty-two"]
     without = ["seven", "three hundred", "thirteen"]
-    plain = numbers.translate(with_term + without)
+    plain = numbers.translate(with_term + without, **rows)
     assert not any("dreissig" in text for text in plain)
     glossary = {"thirty": "dreissig"}
-    got = numbers.translate(with_term, glossary=glossary)
+    got = numbers.translate(with_term, glossary=glossary, **rows)
     assert all("dreissig" in text for text in got), got
-    assert numbers.translate(without, glossary=glossary) == plain[3:]
+    assert numbers.translate(without, glossary=glossary, **rows) == plain[3:]
     # The same as phrases given directly, and in the n best's first.
-    assert numbers.translate(with_term, constraints=[["dreissig"]] * 3) == got
-    best = numbers.n_best(with_term[:1], n=2, glossary=glossary)
+    assert numbers.translate(with_term, constraints=[["dreissig"]] * 3, **rows) == got
+    best = numbers.n_best(with_term[:1], n=2, glossary=glossary, **rows)
     assert best[0][0][0] == got[0]
 
 
