@@ -188,7 +188,7 @@ class ConstrainedBeam(OneBeam):
         every constraint may not end, except at its limit."""
         if self.ids.end is None:
             return log_probs
-        unmet = ops.less(ops.sum(ops.cast(met, "int32"), axis=-1), self.total[:, None])
+        unmet = ops.logical_not(self.met_all(met))
         early = ops.logical_and(unmet, ops.less(index + 1, self.limits))
         is_end = ops.equal(ops.arange(ops.shape(log_probs)[-1]), self.ids.end)
         return ops.where(
@@ -234,9 +234,7 @@ class ConstrainedBeam(OneBeam):
 
     def stripes(self, ranking, banks, valid):
         """``(B, K)``: the candidates kept, in stripes over the banks."""
-        m = ops.shape(ranking)[1]
-        index = ops.arange(m, dtype="int32")
-        earlier = index[None, None, :] < index[None, :, None]  # [i, i']: i' < i
+        earlier = _earlier(ops.shape(ranking)[1])
         better = _before(ranking[:, None, :], ranking[:, :, None], earlier)
         same_bank = ops.equal(banks[:, None, :], banks[:, :, None])
         ahead = ops.logical_and(ops.logical_and(better, same_bank), valid[:, None, :])
@@ -272,18 +270,14 @@ class ConstrainedBeam(OneBeam):
         beam, met, _ = carry
         output, scores, log_probs = super().result(beam)
         met_count = ops.sum(ops.cast(met, "int32"), axis=-1)
-        k = self.beam_size
-        index = ops.arange(k, dtype="int32")
-        earlier = index[None, None, :] < index[None, :, None]
-        more = met_count[:, None, :] > met_count[:, :, None]
-        level = met_count[:, None, :] == met_count[:, :, None]
-        higher = scores[:, None, :] > scores[:, :, None]
-        tie = ops.logical_and(scores[:, None, :] == scores[:, :, None], earlier)
-        ahead = ops.logical_or(
-            more, ops.logical_and(level, ops.logical_or(higher, tie))
+        earlier = _earlier(self.beam_size)
+        ahead = _before(
+            met_count[:, None, :],
+            met_count[:, :, None],
+            _before(scores[:, None, :], scores[:, :, None], earlier),
         )
         place = ops.sum(ops.cast(ahead, "int32"), axis=-1)
-        _, order = ops.top_k(-ops.cast(place, "float32"), k)
+        _, order = ops.top_k(-ops.cast(place, "float32"), self.beam_size)
         return (
             ops.take_along_axis(output, order[:, :, None], axis=1),
             ops.take_along_axis(scores, order, axis=1),
@@ -293,13 +287,17 @@ class ConstrainedBeam(OneBeam):
 
 def _repeats(flat, valid):
     """``(B, M)``: True where an earlier valid candidate is the same one."""
-    m = ops.shape(flat)[1]
-    index = ops.arange(m, dtype="int32")
-    earlier = index[None, None, :] < index[None, :, None]
     same = ops.equal(flat[:, :, None], flat[:, None, :])
+    earlier = _earlier(ops.shape(flat)[1])
     return ops.any(
         ops.logical_and(ops.logical_and(same, earlier), valid[:, None, :]), axis=-1
     )
+
+
+def _earlier(m):
+    """``(1, M, M)``: True at ``[i, i']`` where ``i' < i``."""
+    index = ops.arange(m, dtype="int32")
+    return index[None, None, :] < index[None, :, None]
 
 
 def _before(a, b, tie):

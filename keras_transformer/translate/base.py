@@ -254,11 +254,8 @@ class TranslatorBase:
             the end id unless the maximum output length was reached first.
         """
         search = self.search_options(search, **options)
-        texts = check_texts(texts)
-        wanted = self.constraint_ids(texts, glossary, constraints)
-        texts = self.with_target_language(texts, target_language)
-        hypotheses = self._decode(
-            self.encode_sources(texts), search, top_n=1, constraints=wanted
+        hypotheses = self._decode_texts(
+            texts, search, 1, target_language, glossary, constraints
         )
         return [row[0][0] for row in hypotheses]
 
@@ -289,13 +286,21 @@ class TranslatorBase:
         # The search first: n defaults to beam_size and is bounded by it.
         search = self.search_options(search, **options)
         n = check_n_best(n, search.beam_size)
-        texts = check_texts(texts)
-        wanted = self.constraint_ids(texts, glossary, constraints)
-        texts = self.with_target_language(texts, target_language)
-        found = self._decode(
-            self.encode_sources(texts), search, top_n=n, constraints=wanted
+        found = self._decode_texts(
+            texts, search, n, target_language, glossary, constraints
         )
         return self.n_best_texts(found, n)
+
+    def _decode_texts(self, texts, search, top_n, target_language, glossary, terms):
+        """``_decode`` of texts: their constraints (from ``glossary`` and
+        the phrases ``terms``) found in the texts as given, then the
+        target-language token put before each, then encoded."""
+        texts = check_texts(texts)
+        wanted = self.constraint_ids(texts, glossary, terms)
+        texts = self.with_target_language(texts, target_language)
+        return self._decode(
+            self.encode_sources(texts), search, top_n=top_n, constraints=wanted
+        )
 
     def n_best_texts(self, found, n):
         """``[(translation, score), ...]`` per source: the ``n`` best of

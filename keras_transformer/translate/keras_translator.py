@@ -442,13 +442,8 @@ class Translator(TranslatorBase, keras.Model):
         ids = special_ids(self.tokenizer)
         form = search.length_penalty_form
         # A batch with no constraint searches as it would without any.
-        if constraints is not None and any(constraints):
-            tokens, scores, log_probs = decoding.beam_search(
-                model, src, max_lengths, search.beam_size, search.length_penalty,
-                width, search.use_cache, **ids, top_n=top_n,
-                length_penalty_form=form, constraints=constraints,
-            )  # fmt: skip
-        elif search.beam_size == 1:
+        constraints = constraints if constraints and any(constraints) else None
+        if search.beam_size == 1 and constraints is None:
             tokens, log_probs = decoding.greedy_search(
                 model, src, max_lengths, width, search.use_cache, **ids,
                 forced_end=form == "transformers",
@@ -458,7 +453,7 @@ class Translator(TranslatorBase, keras.Model):
             tokens, scores, log_probs = decoding.beam_search(
                 model, src, max_lengths, search.beam_size, search.length_penalty,
                 width, search.use_cache, **ids, top_n=top_n,
-                length_penalty_form=form,
+                length_penalty_form=form, constraints=constraints,
             )  # fmt: skip
         outputs = []
         for i in range(rows):
