@@ -39,19 +39,24 @@ class CorpusError(ValueError):
         reason: what is wrong, e.g. ``"empty line (...)"``.
 
     The message is ``"{path}:{line}: {reason}"``, or ``"{path}: {reason}"``
-    without a line.
+    without a line. Errors of other line-based files subclass it with their
+    own ``AT_LINE`` format.
     """
+
+    AT_LINE = "{path}:{line}"
 
     def __init__(self, path, line, reason):
         self.path = os.fsdecode(path)
         self.line = line
         self.reason = reason
-        where = self.path if line is None else f"{self.path}:{line}"
+        where = self.path
+        if line is not None:
+            where = self.AT_LINE.format(path=self.path, line=line)
         super().__init__(f"{where}: {reason}")
 
     def __reduce__(self):
-        # The default would call CorpusError(message) and fail; this keeps
-        # the error picklable (e.g. raised in a worker process).
+        # The default would call the class with the message and fail; this
+        # keeps the error picklable (e.g. raised in a worker process).
         return (type(self), (self.path, self.line, self.reason))
 
 

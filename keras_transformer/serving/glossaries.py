@@ -17,7 +17,7 @@ compiled the constrained searches for: no glossary compiles anything.
 
 from keras_transformer.serving.requests import RequestError, json_type, shown
 from keras_transformer.translate.constraints import missing
-from keras_transformer.translate.glossary import Glossary
+from keras_transformer.translate.glossary import Glossary, source_key
 
 # Characters of a library message passed on.
 MESSAGE = 300
@@ -104,8 +104,8 @@ def read_glossary(value, limits):
     for source, target in value.items():
         where = f"glossary[{shown(source)}]"
         _check_entry(where, source, target, limits)
-        # The term as Glossary keys it: casefolded, whitespace collapsed.
-        key, cleaned = " ".join(source.casefold().split()), " ".join(target.split())
+        # The term as Glossary keys it.
+        key, cleaned = source_key(source), " ".join(target.split())
         first, known = seen.setdefault(key, (source, cleaned))
         if known != cleaned:
             raise RequestError(

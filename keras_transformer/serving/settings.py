@@ -14,26 +14,23 @@ its own builds a ``Settings`` directly.
 import dataclasses
 
 
-def positive_int(text):
-    """An int >= 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise ValueError(f"not an integer: {text!r}") from None
-    if value < 1:
-        raise ValueError(f"must be >= 1, got {value}")
-    return value
+def _int_at_least(low, name):
+    def parse(text):
+        try:
+            value = int(text)
+        except ValueError:
+            raise ValueError(f"not an integer: {text!r}") from None
+        if value < low:
+            raise ValueError(f"must be >= {low}, got {value}")
+        return value
+
+    parse.__name__ = name  # argparse names the type on errors
+    parse.__doc__ = f"An int >= {low}."
+    return parse
 
 
-def non_negative_int(text):
-    """An int >= 0."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise ValueError(f"not an integer: {text!r}") from None
-    if value < 0:
-        raise ValueError(f"must be >= 0, got {value}")
-    return value
+positive_int = _int_at_least(1, "positive_int")
+non_negative_int = _int_at_least(0, "non_negative_int")
 
 
 def _number_in(low, high, low_included):

@@ -43,12 +43,14 @@ import collections.abc
 import os
 import re
 
+from keras_transformer.data.corpus import CorpusError
+
 # A glossary file's field and line separators, which no term can hold.
 _SEPARATORS = ("\t", "\n", "\r")
 _WORD = re.compile(r"\w")
 
 
-class GlossaryError(ValueError):
+class GlossaryError(CorpusError):
     """A glossary file that cannot be read as ``source<TAB>target`` lines.
 
     Args:
@@ -61,17 +63,7 @@ class GlossaryError(ValueError):
     {reason}"`` without a line.
     """
 
-    def __init__(self, path, line, reason):
-        self.path = os.fsdecode(path)
-        self.line = line
-        self.reason = reason
-        where = self.path if line is None else f"{self.path}, line {line}"
-        super().__init__(f"{where}: {reason}")
-
-    def __reduce__(self):
-        # The default would call GlossaryError(message) and fail; this keeps
-        # the error picklable (e.g. raised in a worker process).
-        return (type(self), (self.path, self.line, self.reason))
+    AT_LINE = "{path}, line {line}"
 
 
 def _clean(term, side):
@@ -92,7 +84,7 @@ def _clean(term, side):
     return cleaned
 
 
-def _key(source):
+def source_key(source):
     """What two source terms that are the same term share."""
     return " ".join(source.casefold().split())
 
@@ -151,7 +143,7 @@ def _add(entries, source, target, line=None):
         ValueError: a bad term, or a term already there with another target.
     """
     source, target = _clean(source, "source"), _clean(target, "target")
-    key = _key(source)
+    key = source_key(source)
     if key not in entries:
         entries[key] = (source, target, line)
         return
