@@ -27,16 +27,7 @@ from keras_transformer.translate.evaluation import ModelFileError, load_translat
 from keras_transformer.translate.plotting import KINDS, plot_attention_maps
 
 
-def main(argv=None):
-    """Run the command; ``argv`` as for ``argparse`` (None: ``sys.argv``).
-
-    Returns:
-        str: the path of the PNG written.
-
-    Raises:
-        SystemExit: status 2 for bad arguments, a missing or damaged model
-            or a target the model cannot take.
-    """
+def _parser():
     parser = argparse.ArgumentParser(
         prog="kt-attention", description=__doc__.splitlines()[0]
     )
@@ -55,6 +46,20 @@ def main(argv=None):
     parser.add_argument("--dpi", type=int, default=100, help="PNG resolution")
     parser.add_argument("--out", required=True, help="the PNG file to write")
     parser.add_argument("source", help="one source sentence")
+    return parser
+
+
+def main(argv=None):
+    """Run the command; ``argv`` as for ``argparse`` (None: ``sys.argv``).
+
+    Returns:
+        str: the path of the PNG written.
+
+    Raises:
+        SystemExit: status 2 for bad arguments, a missing or damaged model
+            or a target the model cannot take.
+    """
+    parser = _parser()
     args = parser.parse_args(argv)
 
     def fail(message):

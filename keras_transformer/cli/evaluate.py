@@ -3,16 +3,17 @@
     kt-evaluate --model runs/x/translator.keras (or a CTranslate2 export's directory) \\
         --source data/val.de.gz --reference data/val.en.gz \\
         [--out runs/x/eval-val.json] [--hypotheses runs/x/val.hyp] [--batch-size N] \\
-        [--beam-size 4] [--length-penalty 0.6] [--glossary terms.tsv] \\
+        [--beam-size N] [--length-penalty A] [--glossary terms.tsv] \\
         [--checkpoint runs/x/checkpoints/step-…]
 
 The source and reference files are checked (same number of lines, no empty
 line, valid UTF-8) before the model is loaded, and a bad file, like a missing
 or damaged model, stops the run with exit status 2 and a one-line message
 naming the file. Scores come from sacrebleu with its default settings
-(detokenized text, 13a tokenization for BLEU). Decoding is beam search with
-4 beams and length penalty 0.6 by default, as in the paper (§6.1);
-``--beam-size 1`` is greedy. ``--glossary`` (one ``source term<TAB>target
+(detokenized text, 13a tokenization for BLEU). Decoding is the model's own
+search by default (a translator trained here: the paper's 4 beams and length
+penalty 0.6, §6.1; an imported one: its generation config); ``--beam-size 1``
+is greedy. ``--glossary`` (one ``source term<TAB>target
 term`` per line, read and checked before the model too) makes each
 translation hold the target terms of the source terms its sentence holds.
 ``--checkpoint`` evaluates the weights of one of ``kt-train``'s

@@ -37,7 +37,7 @@ import time
 GRACE_SECONDS = 10
 
 
-def parse_args(argv=None):
+def _parser():
     parser = argparse.ArgumentParser(
         prog="kt-launch",
         description="Run kt-train --data-parallel as several processes on this "
@@ -54,6 +54,11 @@ def parse_args(argv=None):
     )
     parser.add_argument("--port", type=int, help="coordinator port (default: free)")
     parser.add_argument("train_args", nargs=argparse.REMAINDER)
+    return parser
+
+
+def parse_args(argv=None):
+    parser = _parser()
     args = parser.parse_args(argv)
     if args.train_args[:1] == ["--"]:
         args.train_args = args.train_args[1:]

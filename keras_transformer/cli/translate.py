@@ -6,8 +6,9 @@
 
 Sentences come from the command line, or one per line from standard input
 when none are given; translations go to standard output, one per line, in
-the same order. Decoding is beam search with 4 beams and length penalty 0.6
-by default, as in the paper (§6.1); ``--beam-size 1`` is greedy. With
+the same order. Decoding is the model's own search by default (a translator
+trained here: the paper's 4 beams and length penalty 0.6, §6.1; an imported
+one: its generation config); ``--beam-size 1`` is greedy. With
 ``--n-best N`` each sentence gives its N best translations, one per line as
 ``score<TAB>translation``, then an empty line. With ``--glossary FILE.tsv``
 (one ``source term<TAB>target term`` per line) each translation holds the
@@ -72,10 +73,7 @@ def read_sentences(arguments, stdin):
     return sentences
 
 
-def main(argv=None, stdin=None, stdout=None):
-    """Run the command; returns the translations (list of str)."""
-    stdin = sys.stdin if stdin is None else stdin
-    stdout = sys.stdout if stdout is None else stdout
+def _parser():
     parser = argparse.ArgumentParser(
         prog="kt-translate", description=__doc__.splitlines()[0]
     )
@@ -88,6 +86,14 @@ def main(argv=None, stdin=None, stdout=None):
         "--n-best", type=positive_int, help="print the N best (N <= --beam-size)"
     )
     parser.add_argument("sentences", nargs="*", help="default: lines of stdin")
+    return parser
+
+
+def main(argv=None, stdin=None, stdout=None):
+    """Run the command; returns the translations (list of str)."""
+    stdin = sys.stdin if stdin is None else stdin
+    stdout = sys.stdout if stdout is None else stdout
+    parser = _parser()
     args = parser.parse_args(argv)
     if args.n_best is not None and args.n_best > (args.beam_size or args.n_best):
         parser.error(
