@@ -165,9 +165,8 @@ def fused_attention_fails(dtype, d_k, d_v):
 def fused_attention_is_slower(x):
     """Cases where ``keras.ops.dot_product_attention`` works but the explicit
     path is faster: PyTorch's CPU kernel in bfloat16, where the explicit
-    path's products go to oneDNN's bfloat16 matrix products (float32 shows
-    no clear difference; docs/results.md, "PyTorch's attention in
-    bfloat16"). GPUs keep the fused kernel."""
+    path's products go to oneDNN's bfloat16 matrix products. GPUs keep the
+    fused kernel."""
     if name() != "torch":
         return False
     if keras.backend.standardize_dtype(x.dtype) != "bfloat16":
