@@ -325,11 +325,14 @@ def best_parse_time(markup, repeats=3):
 def test_adversarial_markup_parses_in_linear_time(name):
     small, large = ADVERSARIAL[name](10_000), ADVERSARIAL[name](100_000)
     HtmlDocument.parse(large)  # never raises
-    small_time, large_time = best_parse_time(small), best_parse_time(large)
+    small_time = best_parse_time(small, repeats=5)
+    large_time = best_parse_time(large, repeats=5)
     assert large_time < 1.0, f"{name}: {large_time:.2f} s for 100,000 characters"
     # Ten times the markup takes about ten times as long; quadratic is 100.
+    # The bound sits between the two: with the suite's other processes
+    # beside it on two cores, a linear parse has measured up to 34.
     ratio = large_time / max(small_time, 1e-4)
-    assert ratio < 30, f"{name}: 100,000 characters take {ratio:.0f}× 10,000's"
+    assert ratio < 50, f"{name}: 100,000 characters take {ratio:.0f}× 10,000's"
 
 
 # Random markup from fragments. A construct is markup whatever surrounds it
