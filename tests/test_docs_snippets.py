@@ -21,6 +21,7 @@ only a handful may be skipped.
 """
 
 import ast
+import dataclasses
 import io
 import pathlib
 import re
@@ -166,14 +167,18 @@ def prepare(tmp_path, block):
 
 
 def small_run():
-    """``SMALLER``'s settings: those of tests/test_train.py's short runs."""
-    from keras_transformer.trainer import NumbersSettings
+    """``SMALLER``'s settings: tests/test_train.py's short runs, for one
+    epoch, as the ``TrainConfig`` fields they set."""
+    from keras_transformer.cli.train import parse_config
+    from tests.test_train import NUMBERS, SMALL
 
-    sizes = dict(train_size=300, val_size=16, test_size=16, uniform_size=12)
-    model = dict(num_layers=1, d_model=32, num_heads=2, d_ff=64, max_length=64)
-    data = dict(vocab_size=60, batch_tokens=256, bucket_lengths=(16, 64))
-    run = dict(epochs=1, beam_size=1)
-    return dict(numbers=NumbersSettings(**sizes), **model, **data, **run)
+    short = parse_config([*NUMBERS, *SMALL, "--epochs", "1", "--out", "x"])[0]
+    plain = parse_config(["--task", "numbers", "--out", "x"])[0]
+    return {
+        field.name: getattr(short, field.name)
+        for field in dataclasses.fields(short)
+        if getattr(short, field.name) != getattr(plain, field.name)
+    }
 
 
 # Slow: the README's blocks build Table 3's base model, train, save, load
