@@ -29,3 +29,15 @@ def attributes(package, public):
         return sorted(set(namespace) | set(public))
 
     return __getattr__, __dir__
+
+
+def gather(api):
+    """One table of public names from several packages' own: ``api`` maps a
+    package (its dotted name) to ``"*"`` (all of its ``_PUBLIC`` names) or
+    to the names it lends. Importing a package runs only its table."""
+    public = {}
+    for package, names in api.items():
+        table = importlib.import_module(package)._PUBLIC
+        for name in table if names == "*" else names:
+            public[name] = table[name]
+    return public

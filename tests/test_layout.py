@@ -3,6 +3,7 @@ written with the public API, small modules and functions, no layer found by
 its name, backend branches in few modules, settings made where they belong."""
 
 import ast
+import importlib
 import pathlib
 import re
 import runpy
@@ -10,6 +11,7 @@ import sys
 
 import pytest
 
+import keras_transformer as kt
 from tests.test_moved import MOVED
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -161,8 +163,8 @@ RANKS = {
     "progress": 0,
     "_lazy": 0,
     "_moved": 0,
-    # Imports the modules that register classes with Keras only when
-    # called, by name (not edges here): the translator loader calls it.
+    # Imports the modules that register classes with Keras only once Keras
+    # is imported, by name (not edges here).
     "saving": 0,
     "data": 1,
     "distribute": 1,
@@ -199,17 +201,13 @@ def _is_module(dotted):
 
 
 def _lazy_names(package):
-    """A package's ``_PUBLIC`` table (name -> the module that defines it),
-    read from its ``__init__.py``; empty for a module or a package without
-    one."""
-    init = ROOT / package.replace(".", "/") / "__init__.py"
-    if not init.exists():
+    """A package's ``_PUBLIC`` table (name -> the module that defines it);
+    empty for a module or a package without one. Importing a package of
+    this one runs only its table (see the test of what the package imports
+    on import)."""
+    if not (ROOT / package.replace(".", "/") / "__init__.py").exists():
         return {}
-    for node in ast.parse(init.read_text()).body:
-        targets = getattr(node, "targets", [])
-        if any(getattr(target, "id", None) == "_PUBLIC" for target in targets):
-            return ast.literal_eval(node.value)
-    return {}
+    return getattr(importlib.import_module(package), "_PUBLIC", {})
 
 
 def _resolve(module, name):
@@ -282,12 +280,25 @@ def test_every_subsystem_has_a_rank():
     assert subsystems <= set(RANKS), subsystems - set(RANKS)
 
 
-def test_the_package_imports_nothing_more_on_import():
-    """``keras_transformer/__init__.py`` runs ``_lazy`` and no other module
-    of the package; its ``__getattr__`` imports the rest, name by name."""
-    tree = ast.parse((ROOT / TOP / "__init__.py").read_text())
+def _imported_on_import(package):
+    """The package's modules that ``package``'s ``__init__.py`` imports
+    outside its functions."""
+    init = ROOT / package.replace(".", "/") / "__init__.py"
+    tree = ast.parse(init.read_text())
     body = [n for n in tree.body if not isinstance(n, ast.FunctionDef)]
-    assert _imports_of(ast.Module(body=body, type_ignores=[])) == {f"{TOP}._lazy"}
+    return _imports_of(ast.Module(body=body, type_ignores=[]))
+
+
+def test_the_package_imports_nothing_more_on_import():
+    """``keras_transformer/__init__.py`` runs ``_lazy``, ``saving`` (which
+    imports no module of the package until Keras is imported) and the
+    tables of the subpackages its API names (each runs ``_lazy`` alone); its
+    ``__getattr__`` imports the rest, name by name."""
+    assert _imported_on_import(TOP) == {f"{TOP}._lazy", f"{TOP}.saving"}
+    saving = ast.parse((ROOT / TOP / "saving.py").read_text())
+    assert not _imports_of(saving)
+    for package in kt._API:
+        assert _imported_on_import(package) == {f"{TOP}._lazy"}, package
 
 
 def test_no_module_of_the_package_imports_an_old_path():

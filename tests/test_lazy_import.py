@@ -2,12 +2,11 @@
 neither Keras nor a backend (the CTranslate2 engine, the tokenizer contract
 and SentencePiece, the search settings) and the public names they define
 load without Keras, in a fresh process with ``KERAS_BACKEND`` unset;
-``kt.load_model`` loads a ``.keras`` file with no other name used before;
-a name that needs Keras registers the package's classes with Keras first
-(``saving.register``), one that needs none does not.
+``kt.load_model`` loads a ``.keras`` file with no other name used before.
+(Keras' own ``load_model`` after ``import keras_transformer``:
+``tests/test_keras_habits.py``.)
 """
 
-import ast
 import json
 import os
 import pathlib
@@ -18,13 +17,22 @@ import keras
 import pytest
 
 import keras_transformer as kt
-from keras_transformer import saving
 from tests.installed_commands import HEAVY
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 pytestmark = pytest.mark.once
 
+# The public names of modules that import neither Keras nor a backend.
+KERAS_FREE = (
+    "CONFIGS",
+    "SearchOptions",
+    "TransformerConfig",
+    "TranslatorBase",
+    "length_penalty",
+    "load_model",
+    "transformer_config",
+)
 # Without Keras, each module is imported, then the package's Keras-free
 # names are resolved; after each step, the heavy packages loaded so far.
 # Then the backend is chosen and a .keras file loaded with kt.load_model.
@@ -51,7 +59,7 @@ for module in MODULES:
     loaded[module] = heavy()
 import keras_transformer as kt
 
-names = [name for name, module in kt._PUBLIC.items() if module in kt._WITHOUT_KERAS]
+names = {KERAS_FREE!r}
 for name in [*names, "__version__"]:
     getattr(kt, name)
 loaded["names"] = heavy()
@@ -79,40 +87,5 @@ def test_without_keras_until_a_model_is_loaded(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     out = json.loads(done.stdout.strip().splitlines()[-1])
     assert out["loaded"] == dict.fromkeys(out["loaded"], []), out["loaded"]
-    assert {"SearchOptions", "length_penalty", "TranslatorBase", "load_model"} <= set(
-        out["names"]
-    )
+    assert out["names"] == list(KERAS_FREE)
     assert out["model"] == "Transformer"
-
-
-def test_only_names_that_need_keras_register_the_classes(monkeypatch):
-    calls = []
-    monkeypatch.setattr(saving, "register", lambda: calls.append("register"))
-    for name in ("SearchOptions", "length_penalty", "TranslatorBase", "__version__"):
-        getattr(kt, name)
-    assert calls == []
-    assert kt.build_model is kt.model.transformer.build_model
-    assert calls == ["register"]
-
-
-def _registers(path):
-    """Whether the module at ``path`` registers a class or function with
-    Keras (``@keras.saving.register_keras_serializable(...)``)."""
-    for node in ast.walk(ast.parse(path.read_text())):
-        for decorator in getattr(node, "decorator_list", ()):
-            call = decorator.func if isinstance(decorator, ast.Call) else decorator
-            name = getattr(call, "attr", getattr(call, "id", None))
-            if name == "register_keras_serializable":
-                return True
-    return False
-
-
-def test_register_imports_every_module_that_registers_a_class():
-    registering = {
-        ".".join(path.relative_to(ROOT).with_suffix("").parts)
-        for path in (ROOT / "keras_transformer").rglob("*.py")
-        if _registers(path)
-    }
-    assert registering == set(saving.REGISTERING)
-    saving.register()
-    assert registering <= set(sys.modules)

@@ -29,6 +29,7 @@ from keras_transformer.pretrained import marian
 from keras_transformer.special_tokens import END_ID, PAD_ID, START_ID, UNK_ID
 from keras_transformer.translate.constraints import missing
 from tests import subprocess_coverage
+from tests.test_keras_habits import load_in_new_process
 
 REPO = Path(__file__).resolve().parents[1]
 VOCAB, PAD = 50, 49  # Marian's layout: </s> 0, <unk> 1, <pad> the last id
@@ -523,17 +524,19 @@ def test_a_single_target_model_refuses_a_target_language(preset):
 
 
 def test_an_imported_translator_saves_and_loads_as_any_other(preset, tmp_path):
-    from keras_transformer.translate.evaluation import load_translator
-
+    """The Keras user's way, in a new process: ``import keras_transformer``
+    then ``keras.saving.load_model``, no ``custom_objects``; the same
+    translations."""
     translator, _, _ = preset
     translator.save(tmp_path / "imported.keras")
-    loaded = load_translator(str(tmp_path / "imported.keras"))
-    assert type(loaded.tokenizer).__name__ == "MarianTokenizer"
     texts = TEXTS[:4]
-    assert loaded.tokenizer.tokenize(texts) == translator.tokenizer.tokenize(texts)
-    assert loaded.translate(texts, beam_size=1) == translator.translate(
-        texts, beam_size=1
+    got = load_in_new_process(
+        [tmp_path / "imported.keras"], "import keras_transformer\nimport keras", texts
     )
+    assert isinstance(got, dict), got[-3000:]
+    ((name, count, translations),) = got["loaded"]
+    assert (name, count) == ("Translator", translator.count_params())
+    assert translations == translator.translate(texts, beam_size=1)
 
 
 # -- kt-import, from a folder or the hub's cache -------------------------------

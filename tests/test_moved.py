@@ -11,6 +11,7 @@ import sys
 import pytest
 
 import keras_transformer as kt
+from keras_transformer import _moved
 
 pytestmark = pytest.mark.once
 
@@ -84,3 +85,36 @@ def test_old_from_imports_give_the_same_objects():
     lines = out.stdout.strip().splitlines()
     assert lines[0].startswith("warned: keras_transformer.translator moved to ")
     assert lines[-1] == "True True"
+
+
+def shims_left(version):
+    """The 0.3.0 paths and names still in the package if it were at
+    ``version``, from 0.5 on (they go in 0.5.0); none before."""
+    major, minor = (int(part) for part in version.split(".")[:2])
+    if (major, minor) < (0, 5):
+        return []
+    modules = [
+        str(path.relative_to(ROOT))
+        for path in (ROOT / "keras_transformer").rglob("*.py")
+        if "_moved.alias(" in path.read_text()
+    ]
+    names = [f"kt.{name}" for name in kt._DEPRECATED]
+    config = ROOT / "keras_transformer" / "model" / "config.py"
+    if "def get_config(" in config.read_text():
+        names.append("kt.get_config")
+    return sorted(modules) + names
+
+
+def test_the_0_3_0_paths_and_names_are_gone_in_0_5():
+    assert _moved.REMOVED_IN == "0.5.0"
+    assert shims_left(kt.__version__) == []
+
+
+def test_from_0_5_on_each_path_and_name_left_is_named():
+    """The check above can fail: at 0.5.0 it names what is still here."""
+    left = shims_left("0.5.0")
+    modules = left[: len(MOVED)]
+    assert {".".join(pathlib.Path(p).with_suffix("").parts) for p in modules} == set(
+        MOVED
+    )
+    assert left[len(MOVED) :] == ["kt.keep_freed_memory", "kt.get_config"]

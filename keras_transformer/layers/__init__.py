@@ -13,6 +13,8 @@ _PUBLIC = {
     "EncoderBlock": "keras_transformer.layers.blocks",
     "Dropout": "keras_transformer.layers.dropout",
     "TokenEmbedding": "keras_transformer.layers.embedding",
+    "causal_mask": "keras_transformer.layers.masks",
+    "padding_mask": "keras_transformer.layers.masks",
     "SinusoidalEncoding": "keras_transformer.layers.position",
     "sinusoidal_table": "keras_transformer.layers.position",
 }

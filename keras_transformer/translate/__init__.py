@@ -14,6 +14,7 @@ _PUBLIC = {
     "attention_maps": "keras_transformer.translate.attention_maps",
     "CTranslate2Translator": "keras_transformer.translate.ctranslate2_translator",
     "load_ctranslate2": "keras_transformer.translate.ctranslate2_translator",
+    "TranslatorBase": "keras_transformer.translate.base",
     "ModelFileError": "keras_transformer.translate.evaluation",
     "load_translator": "keras_transformer.translate.evaluation",
     "score": "keras_transformer.translate.evaluation",
