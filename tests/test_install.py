@@ -196,3 +196,29 @@ def test_train_evaluate_translate_with_the_installed_commands(venv):
         for line in loud.stderr.splitlines()
         if any(word in line.lower() for word in tensorflow)
     ], loud.stderr
+
+
+def test_requires_python_is_what_the_pinned_install_needs():
+    """pyproject's ``requires-python`` is the highest floor among the
+    distributions ``constraints.txt`` pins (as installed here) and Keras' own
+    lower bound: lower, the README's commands cannot resolve on it; higher,
+    it turns away Pythons that work."""
+    import tomllib
+
+    def floor(specifier):
+        found = re.search(r">=\s*(\d+)\.(\d+)", specifier or "")
+        return (int(found[1]), int(found[2])) if found else (0, 0)
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    pins = re.findall(r"^([\w.-]+)==", (REPO / "constraints.txt").read_text(), re.M)
+    floors = {}
+    for name in pins:
+        try:
+            floors[name] = floor(importlib.metadata.metadata(name)["Requires-Python"])
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    assert floors, pins
+    assert floor(project["requires-python"]) == max(floors.values()), floors
+    readme = (REPO / "README.md").read_text()
+    major, minor = floor(project["requires-python"])
+    assert f"Python ≥ {major}.{minor}" in readme

@@ -83,6 +83,12 @@ CASES = {
         "text",
         None,
     ),
+    "sentencepiece-train": (
+        ["kt-train", "--task", "numbers", "--max-minutes", "1", "--out", "OUT"],
+        ["sentencepiece"],
+        "text",
+        "jax",
+    ),
     "backend-keras": (
         ["kt-translate", "--model", FIXTURE, "seven"],
         ["jax", "jaxlib"],

@@ -40,6 +40,12 @@ NEEDS = {
         {"safetensors": "pretrained", "sentencepiece": "pretrained"},
     ),
     "score": ("kt-evaluate", {"sacrebleu": "text"}),
+    # Keras' backend, the tokenizer's package, and BLEU for a corpus run's
+    # report (the text extra installs both).
+    "train": (
+        "kt-train",
+        {"keras": None, "sentencepiece": "text", "sacrebleu": "text"},
+    ),
 }
 
 # Keras imports its backend's package: a missing one is named by its extra.

@@ -27,6 +27,7 @@ import os
 import sys
 import typing
 
+from keras_transformer.cli._extras import exit_if_missing, require
 from keras_transformer.cli._process import (
     keras_without_tensorflow,
     prepare_process,
@@ -181,9 +182,13 @@ def main(argv=None):
     other than 0 of a multi-process run)."""
     config, verbose = parse_config(argv)
     prepare_process(verbose)
-    start_tensorflow(verbose)  # quietly, before Keras starts it (its backend only)
+    # A missing package is one line naming its extra, before the run
+    # folder is touched.
+    with exit_if_missing("kt-train", "train"):
+        start_tensorflow(verbose)  # quietly, before Keras starts it (its backend only)
+        require("train")
     try:
-        with keras_without_tensorflow():
+        with keras_without_tensorflow(), exit_if_missing("kt-train", "train"):
             return train(config)
     except UsageError as error:
         print(f"kt-train: error: {error.text(option)}", file=sys.stderr)
