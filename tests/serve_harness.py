@@ -14,13 +14,25 @@ translated as usual.
 The server encodes a request's texts when it admits them and searches their
 ids: the tokenizer tags the ids of those texts (``Fault``), and the search
 obeys the tags of the sources it is given.
+
+    python -m tests.serve_harness --copying --model DIR [kt-serve's options]
+
+serves ``Copying`` instead, a translator that gives each text back as it
+came, for the tests of what the server does around a translation (keys,
+limits, their storage's outages, bodies over the limit, logs): it starts
+in a second, loading no model. A directory as ``--model`` (an export's
+place) keeps Keras and its backend unimported.
 """
 
 import sys
 import time
 
 from keras_transformer.cli import serve as kt_serve
+from keras_transformer.data.contract import TextTokenizer
+from keras_transformer.translate.base import TranslatorBase
 from keras_transformer.translate.evaluation import load_translator
+
+COPYING = "--copying"
 
 
 class Fault(list):
@@ -73,5 +85,39 @@ class FaultyTranslator:
         return self._translator.attention_maps(source, target)
 
 
+class Characters(TextTokenizer):
+    """A character's id is its code point, past the special ids."""
+
+    kind = "characters"
+    SHIFT = 4
+
+    def tokenize(self, texts):
+        return [[ord(c) + self.SHIFT for c in text] for text in texts]
+
+    def detokenize(self, rows):
+        return ["".join(chr(i - self.SHIFT) for i in row) for row in rows]
+
+
+class Copying(TranslatorBase):
+    """Each text's translation is the text itself, every hypothesis of
+    the beam alike: the server's two calls (``warm_up``,
+    ``search_ids_sorted``) answered without a search."""
+
+    engine = "copying"
+    default_batch_size = 8
+    source_max_length = target_max_length = max_output_length = None
+
+    def __init__(self):
+        self.tokenizer = Characters()
+
+    def warm_up(self, search=None, constraint_tokens=0, **options):
+        return 0
+
+    def search_ids_sorted(self, sources, search, top_n=None, constraints=None):
+        return [[(list(row), 0.0)] * search.beam_size for row in sources]
+
+
 if __name__ == "__main__":
+    if sys.argv[1:2] == [COPYING]:
+        sys.exit(kt_serve.main(sys.argv[2:], load=lambda path: Copying()))
     sys.exit(kt_serve.main(load=lambda path: FaultyTranslator(load_translator(path))))

@@ -17,32 +17,26 @@ key offered is compared by its digest in constant time. A key is named in
 logs and metrics by its line in the file (``key3``), never by its value or
 digest.
 
-Rate limits are the ``limits`` package's moving window: at most
-``per_minute`` requests in any 60 seconds per bucket (a key, or a client
-address), counted in the server's memory or in Redis, where several servers
-with the same ``prefix`` (replicas of one model) share each bucket's
-allowance. Redis is reached with the asyncio client and short timeouts: a
-slow or dead Redis costs a request well under a second and never blocks the
-event loop; the operator chooses whether the requests it could not count
-are let through (``on_storage_error="open"``) or refused (``"closed"``).
+Rate limits are a moving window: at most ``per_minute`` requests in any
+60 seconds per bucket (a key, or a client address), counted in the
+server's memory or in Redis (``limit_storage``), where several servers with
+the same ``prefix`` (replicas of one model) share each bucket's allowance.
+A slow or dead Redis costs a request at most half a second, and then,
+while it stays so, nothing (a circuit breaker); the operator chooses
+whether the requests it could not count are let through uncounted
+(``on_storage_error="open"``) or refused (``"closed"``), and a request let
+through or refused so is never counted later.
 """
 
-import asyncio
 import hashlib
 import hmac
-import logging
-import math
 import re
-import time
-import urllib.parse
 
-import limits
-import limits.aio.strategies
-import limits.errors
-import limits.storage
-import redis.asyncio
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
+from keras_transformer.serving.limit_storage import (
+    STORAGES,
+    StorageDown,
+    open_storage,
+)
 
 _DIGEST = re.compile(r"sha256:([0-9a-f]{64})", re.IGNORECASE)
 _HASHED = "sha256:"
@@ -128,28 +122,7 @@ class KeyRing:
         return found
 
 
-logger = logging.getLogger("kt_serve")
-
-# Seconds a connection to Redis may take to open, and a reply to arrive. A
-# Redis beside the servers answers in about a millisecond; one that takes
-# longer than this is treated as unreachable, so that it cannot hold up the
-# requests it should count.
-CONNECT_TIMEOUT = 0.25
-READ_TIMEOUT = 0.25
-# Seconds one limiter call may take in all, whatever the storage does: a new
-# connection and two commands, or a script loaded again after Redis restarted.
-STORAGE_DEADLINE = 1.0
-STORAGE_SCHEMES = (
-    "memory://",
-    "redis://HOST:PORT[/DB]",
-    "rediss://HOST:PORT[/DB]",
-    "redis+unix:///PATH",
-)
 ON_STORAGE_ERROR = ("open", "closed")
-# The storages found unreachable and not yet answering again, shared by the
-# limiters of a process (a server has one for requests and one for failed
-# authentications): one warning an outage, not one a limiter.
-_FAILING = set()
 
 
 class LimitStorageError(Exception):
@@ -160,20 +133,24 @@ class LimitStorageError(Exception):
 
 class RateLimiter:
     """At most ``per_minute`` requests in any minute per bucket (a key, or
-    a client address), bursts included: the ``limits`` package's moving
-    window, in this process's memory or in Redis.
+    a client address), bursts included: a moving window, in this process's
+    memory or in Redis (``limit_storage``).
 
     Args:
         per_minute: requests a minute per bucket (int >= 1).
         storage: ``"memory://"``, or a Redis server's URI:
             ``redis://HOST:PORT[/DB]``, ``rediss://`` (TLS) or
-            ``redis+unix:///PATH`` (a password as ``redis://:PASSWORD@...``).
-            Servers that share a Redis and a ``prefix`` share each bucket's
-            allowance.
+            ``redis+unix:///PATH`` (a password as ``redis://:PASSWORD@...``);
+            or a storage of ``limit_storage.open_storage``, which limiters
+            may share (and which the caller closes). Servers that share a
+            Redis and a ``prefix`` share each bucket's allowance.
         on_storage_error: what a request whose hit cannot be counted (Redis
-            down, or slower than ``READ_TIMEOUT``) meets: ``"open"``, let
-            through; ``"closed"``, ``LimitStorageError``. Either way one
-            warning is logged per outage (logger ``kt_serve``).
+            down, or slower than ``limit_storage.READ_TIMEOUT``) meets:
+            ``"open"``, let through uncounted; ``"closed"``,
+            ``LimitStorageError``. Either way a request ``take`` gave up on
+            is not counted later (a ``count`` that arrives late stands: a
+            failed authentication happened), and one warning is logged per
+            outage (logger ``kt_serve``).
         prefix: the start of the limiter's keys in Redis.
         window: the window's seconds (tests shorten it); ``per_minute``
             requests are allowed in any ``window`` seconds.
@@ -202,152 +179,44 @@ class RateLimiter:
             raise ValueError(f"prefix must be a non-empty str. Received: {prefix!r}")
         self.per_minute = per_minute
         self.on_storage_error = on_storage_error
-        self.storage = _shown(storage)
-        self._item = limits.RateLimitItemPerSecond(per_minute, window)
-        self._store, self._pool = _open(storage, prefix)
-        # The moving window rather than the sliding-window counter: it never
-        # lets more than per_minute through in any minute, and it knows when
-        # the oldest request of a full window leaves it, which is an exact
-        # Retry-After; it keeps a time per request, per_minute at most a
-        # bucket.
-        self._strategy = limits.aio.strategies.MovingWindowRateLimiter(self._store)
+        self._window = window
+        # The limit is part of the key: replicas given other limits count
+        # apart rather than read each other's windows wrongly.
+        self._prefix = f"{prefix}:{per_minute}/{window}s:"
+        self._owned = not isinstance(storage, STORAGES)
+        self._store = (
+            open_storage(storage, on_storage_error) if self._owned else storage
+        )
+        self.storage = self._store.shown
 
     async def take(self, bucket):
         """0 if ``bucket`` may make a request now (it is counted), else the
         whole seconds (>= 1) until it may, for ``Retry-After``."""
-
-        async def take():
-            if await self._strategy.hit(self._item, bucket):
-                return 0
-            return await self._wait(bucket)
-
-        return await self._ask(take, 0)
+        call = self._store.take(self._prefix + bucket, self.per_minute, self._window)
+        return await self._ask(call, 0)
 
     async def blocked(self, bucket):
         """As ``take``, counting nothing: 0 if ``bucket`` has room for a
         request, else the whole seconds (>= 1) until it has."""
-        return await self._ask(lambda: self._wait(bucket), 0)
+        call = self._store.wait(self._prefix + bucket, self.per_minute, self._window)
+        return await self._ask(call, 0)
 
     async def count(self, bucket):
         """Counts one request of ``bucket`` without asking (a failed
         authentication); a full bucket stays full, and counts nothing more."""
-        await self._ask(lambda: self._strategy.hit(self._item, bucket), None)
+        call = self._store.count(self._prefix + bucket, self.per_minute, self._window)
+        await self._ask(call, None)
 
     async def close(self):
-        """Closes the connections to Redis (nothing to do in memory)."""
-        if self._pool is not None:
-            await self._pool.aclose()
-
-    async def _wait(self, bucket):
-        reset, remaining = await self._strategy.get_window_stats(self._item, bucket)
-        if remaining > 0:
-            return 0
-        # The storages stamp requests with time.time(), Redis's too (the
-        # client's clock, not Redis's).
-        return max(1, math.ceil(reset - time.time()))
+        """Closes the connections to Redis of a storage the limiter opened
+        (nothing to do in memory)."""
+        if self._owned:
+            await self._store.close()
 
     async def _ask(self, call, when_open):
         try:
-            answer = await asyncio.wait_for(call(), STORAGE_DEADLINE)
-        except (limits.errors.StorageError, OSError) as error:  # OSError: timeouts
-            reason = _reason(error)
-            if self.storage not in _FAILING:
-                _FAILING.add(self.storage)
-                logger.warning(
-                    "the rate-limit storage %s is unreachable (%s): requests are "
-                    "%s until it answers",
-                    self.storage,
-                    reason,
-                    "let through unlimited"
-                    if self.on_storage_error == "open"
-                    else "refused",
-                )
+            return await call
+        except StorageDown as error:
             if self.on_storage_error == "closed":
-                raise LimitStorageError(
-                    f"the rate-limit storage {self.storage} is unreachable ({reason})"
-                ) from None
+                raise LimitStorageError(str(error)) from None
             return when_open
-        if self.storage in _FAILING:
-            _FAILING.discard(self.storage)
-            logger.info("the rate-limit storage %s answers again", self.storage)
-        return answer
-
-
-def _shown(uri):
-    """``uri`` as logs and messages may show it: no user name, password or
-    query string (which may hold a password)."""
-    try:
-        parts = urllib.parse.urlsplit(uri)
-        host = parts.hostname or ""
-        if ":" in host:
-            host = f"[{host}]"
-        if parts.port is not None:
-            host += f":{parts.port}"
-        return f"{parts.scheme}://{host}{parts.path}"
-    except (TypeError, ValueError, AttributeError):
-        return repr(type(uri).__name__)
-
-
-def _open(uri, prefix):
-    """``(limits' async storage, the redis-py connection pool or None)``
-    for the URI an operator gave; ``ValueError`` for any other."""
-    if not isinstance(uri, str):
-        raise TypeError(f"storage must be a str URI. Received: {uri!r}")
-    refused = ValueError(
-        f"not a rate-limit storage: {_shown(uri)!r} (give "
-        f"{', '.join(STORAGE_SCHEMES[:-1])} or {STORAGE_SCHEMES[-1]})"
-    )
-    try:
-        parts = urllib.parse.urlsplit(uri)
-        port = parts.port
-    except ValueError:
-        raise refused from None
-    scheme = parts.scheme.lower()
-    uri = scheme + uri[len(parts.scheme) :]
-    if scheme == "memory":
-        if uri != "memory://":
-            raise refused
-        return limits.storage.storage_from_string("async+memory://"), None
-    if scheme in ("redis", "rediss"):
-        if (
-            not parts.hostname
-            or port is None
-            or not re.fullmatch(r"(/\d*)?", parts.path)
-        ):
-            raise refused
-        client_uri = uri
-    elif scheme == "redis+unix":
-        if parts.netloc or not parts.path:
-            raise refused
-        client_uri = "unix" + uri[len(scheme) :]
-    else:
-        raise refused
-    try:
-        # The pool is ours, so that close() can close it; no retries: redis-
-        # py's default (three, backing off for seconds) would hold a request
-        # for that long each time Redis is down.
-        pool = redis.asyncio.ConnectionPool.from_url(
-            client_uri,
-            socket_connect_timeout=CONNECT_TIMEOUT,
-            socket_timeout=READ_TIMEOUT,
-            retry=Retry(NoBackoff(), 0),
-        )
-        store = limits.storage.storage_from_string(
-            f"async+{uri}",
-            implementation="redispy",
-            connection_pool=pool,
-            key_prefix=prefix,
-            wrap_exceptions=True,
-        )
-    except (limits.errors.ConfigurationError, ValueError) as error:
-        raise ValueError(f"{refused} ({error})") from None
-    return store, pool
-
-
-def _reason(error):
-    """What went wrong, in words: the storage's own error rather than
-    limits' wrapper of it."""
-    error = getattr(error, "storage_error", error)
-    if isinstance(error, TimeoutError) and not str(error):
-        return f"no answer within {STORAGE_DEADLINE:g} s"
-    return str(error) or type(error).__name__

@@ -223,7 +223,7 @@ class Batcher:
             self._arrival.clear()
             try:
                 await asyncio.wait_for(self._arrival.wait(), left)
-            except asyncio.TimeoutError:  # TimeoutError from Python 3.11 on
+            except TimeoutError:
                 return
 
     def _sentences_like(self, first):

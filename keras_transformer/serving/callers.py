@@ -17,10 +17,23 @@ scrape, not a translation) needs a key but is not counted against it.
 
 Both limits count in ``--req-limit-storage``: this process's memory, or a
 Redis server that the replicas of a model share, so that two replicas give
-a key one allowance between them.
+a key one allowance between them. While Redis cannot be asked:
+
+* the request limit does what ``--req-limit-storage-down`` says: requests
+  are let through uncounted (``open``) or refused 503 (``closed``);
+* authentication goes on as ever: a key is checked against the key file,
+  never against the storage, so a wrong key is a 403 and a right one
+  reaches ``/metrics`` in either mode;
+* failed authentications stay throttled, in either mode: each process also
+  counts them in its own memory, and that count throttles an address while
+  the shared one cannot be read. Letting guesses through unthrottled during
+  an outage would make an outage (which a client may cause or wait for) the
+  moment to guess keys; with N replicas an address gets at most N times
+  ``--auth-fail-limit`` guesses a minute.
 """
 
 from keras_transformer.serving.access import KeyRing, LimitStorageError, RateLimiter
+from keras_transformer.serving.limit_storage import MemoryWindows, open_storage
 from keras_transformer.serving.requests import KEY_FIELD, RequestError
 
 ANONYMOUS = "anonymous"
@@ -43,18 +56,23 @@ class Callers:
 
     def __init__(self, settings):
         self.keys = KeyRing.read(settings.api_keys) if settings.api_keys else None
-        storage = settings.req_limit_storage
         down = settings.req_limit_storage_down
+        # One storage for both limits: one breaker, one warning an outage.
+        self.storage = open_storage(settings.req_limit_storage, down)
         self.limiter = None
         if settings.req_limit:
             self.limiter = RateLimiter(
-                settings.req_limit, storage, down, prefix="kt-serve:requests"
+                settings.req_limit, self.storage, down, prefix="kt-serve:requests"
             )
-        self.failures = None
+        self.failures = self.local_failures = None
         if self.keys is not None:
+            # "closed": identify learns of an outage, and throttles on the
+            # process's own count meanwhile.
             self.failures = RateLimiter(
-                settings.auth_fail_limit, storage, down, prefix="kt-serve:auth"
+                settings.auth_fail_limit, self.storage, "closed", prefix="kt-serve:auth"
             )
+            if not isinstance(self.storage, MemoryWindows):
+                self.local_failures = RateLimiter(settings.auth_fail_limit)
 
     @property
     def need_keys(self):
@@ -70,7 +88,7 @@ class Callers:
             # LibreTranslate without keys accepts and ignores an api_key.
             return ANONYMOUS
         address = _address(request)
-        wait = await self._ask(self.failures.blocked, address)
+        wait = await self._failures_wait(address)
         if wait:
             raise RequestError(
                 429,
@@ -80,7 +98,12 @@ class Callers:
             )
         name = self.keys.name_of(offered)
         if name is None:
-            await self._ask(self.failures.count, address)
+            if self.local_failures is not None:
+                await self.local_failures.count(address)
+            try:
+                await self.failures.count(address)
+            except LimitStorageError:
+                pass  # counted in this process's memory
             raise RequestError(
                 403,
                 "Invalid API key" if offered else "Missing API key: give api_key",
@@ -105,13 +128,26 @@ class Callers:
                 retry_after=wait,
             )
 
+    async def _failures_wait(self, address):
+        """The seconds ``address`` must wait for its failed authentications:
+        by this process's count of them, else by the shared count (nothing
+        while that one cannot be read)."""
+        if self.local_failures is not None:
+            wait = await self.local_failures.blocked(address)
+            if wait:
+                return wait
+        try:
+            return await self.failures.blocked(address)
+        except LimitStorageError:
+            return 0
+
     @staticmethod
     async def _ask(call, bucket):
         try:
             return await call(bucket)
         except LimitStorageError:
-            # The storage's address and error are the operator's (access
-            # logs them once an outage), not the client's.
+            # The storage's address and error are the operator's (logged
+            # once an outage by limit_storage), not the client's.
             raise RequestError(
                 503,
                 "the server cannot count requests now; retry shortly",
@@ -120,9 +156,7 @@ class Callers:
             ) from None
 
     async def close(self):
-        for limiter in (self.limiter, self.failures):
-            if limiter is not None:
-                await limiter.close()
+        await self.storage.close()
 
 
 def _address(request):

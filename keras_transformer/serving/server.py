@@ -28,9 +28,10 @@ believe any process on the same host.
 Logs: uvicorn's (errors, and each request with ``access_log``) and
 kt-serve's own (logger ``kt_serve``) go to stderr; stdout holds only the
 ready line, for whoever waits for it. No log line shows an API key: the
-value of an ``api_key`` query parameter (its name in any case, or
-percent-encoded) is written ``api_key=[redacted]``, in the access log's
-request line and in any other message or traceback.
+value of an ``api_key`` query parameter (its name in any case, any of its
+characters percent-encoded, its ``=`` too, and whatever lies between the
+name and the ``=``) is written ``[redacted]``, in the access log's request
+line and in any other message or traceback.
 """
 
 import asyncio
@@ -101,24 +102,39 @@ def check_proxies(proxies):
     return proxies
 
 
-# The name api_key as a query string may spell it: any letter in either case,
-# any character percent-encoded (%5F for the underscore).
+# A character as a query string may spell it: itself, or percent-encoded
+# (once, or again: %255F), its hex digits in either case.
+_ENCODED = "%(?:25)*{:02x}"
+# The name api_key so spelled, its letters in either case (%41 and %61 are
+# both "a").
 _KEY_NAME = "".join(
-    f"(?:{re.escape(c)}|%{ord(c):02x}"
-    + (f"|%{ord(c.upper()):02x}" if c.isalpha() else "")
+    "(?:"
+    + "|".join(
+        [
+            re.escape(c),
+            *(_ENCODED.format(ord(x)) for x in sorted({c.lower(), c.upper()})),
+        ]
+    )
     + ")"
     for c in "api_key"
 )
-# The value runs to the next parameter; '"' ends it too, as uvicorn writes
-# one in a request line as %22 and a message may quote the URL.
-_KEY_PARAMETER = re.compile(rf"({_KEY_NAME})=[^&\s\"]*", re.IGNORECASE)
+_EQUALS = f"(?:=|{_ENCODED.format(ord('='))})"
+# The name, then whatever comes before its first "=" (api_key[]=,
+# api_key+=), kept; the "=", written or encoded (a client that encoded the
+# whole pair: api_key%3D...); then the value, which goes. The value runs to
+# the next parameter; '"' ends it too, as uvicorn writes one in a request
+# line as %22 and a message may quote the URL.
+_KEY_PARAMETER = re.compile(
+    rf"({_KEY_NAME}(?:[^&=%\s\"]|%(?!(?:25)*3d))*)({_EQUALS})[^&\s\"]*",
+    re.IGNORECASE,
+)
 REDACTED = "[redacted]"
 
 
 def redact(text):
-    """``text`` with the value of every ``api_key=`` parameter replaced by
-    ``[redacted]``."""
-    return _KEY_PARAMETER.sub(rf"\1={REDACTED}", text)
+    """``text`` with the value of every ``api_key`` parameter, however
+    spelled, replaced by ``[redacted]``."""
+    return _KEY_PARAMETER.sub(rf"\1\2{REDACTED}", text)
 
 
 class RedactKeys(logging.Filter):

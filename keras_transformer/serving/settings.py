@@ -162,8 +162,9 @@ class Settings:
         metavar="URI",
     )  # fmt: skip
     req_limit_storage_down: str = _setting(
-        "open", "while the limits' storage cannot be reached: open (serve "
-        "without limits, one warning an outage) or closed (answer 503)",
+        "open", "while the limits' storage cannot be reached: open (translate "
+        "uncounted) or closed (refuse translations, 503); keys are checked, "
+        "and failed authentications throttled, either way",
         choices=("open", "closed"),
     )  # fmt: skip
     allow_anonymous: bool = _setting(
