@@ -469,6 +469,7 @@ def test_the_guards_stand_aside_on_an_untested_keras(trained, monkeypatch):
     import warnings
 
     from keras_transformer._guards import fault_safe as _fault_safe
+    from keras_transformer._guards import private_api
 
     model, x, _, expected = trained
     recorded = []
@@ -482,12 +483,48 @@ def test_the_guards_stand_aside_on_an_untested_keras(trained, monkeypatch):
     assert recorded == [BACKEND == "jax"]
 
     monkeypatch.setattr(keras, "__version__", "3.99.0")
-    monkeypatch.setattr(_fault_safe, "_warned", False)
+    monkeypatch.setattr(private_api, "_said", set())
     with pytest.warns(RuntimeWarning, match=r"tested with Keras 3\.15; Keras 3\.99"):
         assert _fault_safe.active() is False
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", RuntimeWarning)
         recorded.clear()
+        np.testing.assert_array_equal(
+            model.predict(x, verbose=0, callbacks=[Probe()]), expected
+        )
+    assert not [w for w in caught if "fault guards" in str(w.message)]  # once
+    assert recorded == [False]
+    with pytest.raises(ValueError, match="Token ids in encoder_inputs"):
+        model.predict(with_value(x, "encoder_inputs", (1, 1), VOCAB), verbose=0)
+
+
+def test_the_guards_stand_aside_where_keras_lacks_a_hook(trained, monkeypatch):
+    """A Keras trainer method that the guards override or call, renamed in
+    some release, would leave an override that is never called: the guards
+    check that Keras has each one, and on a Keras without one they say so
+    once and stand aside (inputs still checked)."""
+    import warnings
+
+    from keras_transformer._guards import fault_safe as _fault_safe
+    from keras_transformer._guards import private_api
+
+    model, x, _, expected = trained
+    hooks = private_api.TRAINER_HOOKS.get(BACKEND, ())
+    assert all(hasattr(keras.Model, name) for name in hooks)
+    assert _fault_safe.active(model)
+    recorded = []
+
+    class Probe(keras.callbacks.Callback):
+        def on_predict_batch_end(self, batch, logs=None):
+            recorded.append(_fault_safe.guarding(model))
+
+    renamed = {BACKEND: (*hooks, "_renamed_trainer_hook")}
+    monkeypatch.setattr(private_api, "TRAINER_HOOKS", renamed)
+    monkeypatch.setattr(private_api, "_said", set())
+    with pytest.warns(RuntimeWarning, match=r"has no Model\._renamed_trainer_hook"):
+        assert _fault_safe.active() is False
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", RuntimeWarning)
         np.testing.assert_array_equal(
             model.predict(x, verbose=0, callbacks=[Probe()]), expected
         )

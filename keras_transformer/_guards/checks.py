@@ -19,6 +19,7 @@ import keras
 from keras import ops
 
 from keras_transformer import backend
+from keras_transformer._guards import private_api
 
 # Each thread's own scopes: a server's search on a worker thread and a
 # ``predict`` on the main one must not see, reset or raise each other's.
@@ -131,8 +132,7 @@ def _on_runtime_thread():
     running a host callback for a computation launched on another thread).
     On the CPU callbacks run on the launching thread itself, whose own
     blocks are the only ones that apply."""
-    dummy = getattr(threading, "_DummyThread", None)
-    return dummy is not None and isinstance(threading.current_thread(), dummy)
+    return private_api.started_outside_python()
 
 
 nan_unless_in_range = backend.nan_unless_in_range

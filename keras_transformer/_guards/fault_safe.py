@@ -21,51 +21,30 @@ before the optimizer's update (our in-graph checks are attached to the data
 that the update depends on), so ``guard`` has nothing to restore there.
 
 These guards hook into Keras' trainers below their public API (the JAX
-trainer's state, a variable's ``_value``, ``_purge_model_variables``,
-``_make_function``, ``_should_torch_compile``). They run on the Keras
-versions the test suite runs (``TESTED_KERAS``); on any other version they
-stand aside, with one warning (``active``), and the model trains as a plain
-``keras.Model`` does, its inputs still checked.
+trainer's state, a variable's attached value, the trainer methods of
+``private_api.TRAINER_HOOKS``), through ``private_api`` alone. They run on
+the Keras releases the test suite runs (``private_api.TESTED_KERAS``) whose
+trainer still has every hook; otherwise they stand aside, with one warning
+(``active``), and the model trains as a plain ``keras.Model`` does, its
+inputs still checked.
 """
 
 import contextlib
 import threading
-import warnings
 
 import keras
 import numpy as np
 
 from keras_transformer._guards import checks as _checks
 from keras_transformer._guards import inputs as _inputs
+from keras_transformer._guards import private_api
 from keras_transformer.distribute import cluster
 
-# Keras releases (major.minor) whose trainer internals the guards were
-# written against and tested with.
-TESTED_KERAS = ("3.15",)
-_warned = False
-# Two threads' first trainer calls may ask at once; the warning is said once.
-_warn_lock = threading.Lock()
 
-
-def active():
-    """Whether the guards run: on a tested Keras, else False, warning once."""
-    global _warned
-    if ".".join(keras.__version__.split(".")[:2]) in TESTED_KERAS:
-        return True
-    with _warn_lock:
-        if _warned:
-            return False
-        _warned = True
-        warnings.warn(
-            f"keras_transformer's fault guards were tested with Keras "
-            f"{' and '.join(TESTED_KERAS)}; Keras {keras.__version__} is "
-            "installed, so they stand aside: a fit, evaluate or predict that "
-            "fails on JAX may leave the model without weights (reload it from "
-            "a checkpoint). Inputs are still checked.",
-            RuntimeWarning,
-            stacklevel=3,
-        )
-    return False
+def active(model=None):
+    """Whether the guards run (``private_api.fault_guards``): else False,
+    with one warning."""
+    return private_api.fault_guards(model)
 
 
 # ``records``: {id(model): {id(variable): (variable, newest value)}} for the
@@ -116,7 +95,8 @@ def remember(model, variables, values):
 def remember_current(model, groups):
     """Record the variables' attached values (before the trainer detaches them)."""
     for variables in groups:
-        remember(model, variables, [v._value for v in variables])
+        values = [private_api.attached_value(v) for v in variables]
+        remember(model, variables, values)
 
 
 def checked_step(model, step_function):
@@ -203,13 +183,12 @@ def _restore(model, record):
     # re-attached it, or never detached it); only detached ones are restored.
     lost = []
     for variable, value in record.values():
-        if not _usable(variable._value) and _usable(value):
+        if not _usable(private_api.attached_value(variable)) and _usable(value):
             variable.assign(value)
     for variable in model.variables:
-        if not _usable(variable._value):
+        if not _usable(private_api.attached_value(variable)):
             lost.append(variable.path)
-    model._jax_state = None
-    model._jax_state_synced = True
+    private_api.forget_jax_state(model)
     return lost
 
 
@@ -217,7 +196,7 @@ def _restore(model, record):
 def guard(model):
     """Run one trainer call; on any exception, reattach the newest good values."""
     records = _records()
-    if not _is_jax() or id(model) in records or not active():
+    if not _is_jax() or id(model) in records or not active(model):
         # Other backends keep their variables; a nested call (fit's
         # validation runs evaluate) is covered by the outer guard.
         yield

@@ -10,6 +10,7 @@ import keras
 from keras_transformer._guards import checks as _checks
 from keras_transformer._guards import fault_safe as _fault_safe
 from keras_transformer._guards import inputs as _inputs
+from keras_transformer._guards import private_api
 
 
 class GuardedModel(keras.Model):
@@ -108,14 +109,16 @@ class GuardedModel(keras.Model):
             and optimizer is not None
             and not optimizer.built
             and self.built
-            and getattr(self, "_distribute_strategy", None) is None
+            and private_api.no_tf_distribution(self)
         ):
             optimizer.build(self.trainable_variables)
 
     # -- JAX trainer hooks (see _fault_safe) -----------------------------------
+    # Private to Keras: private_api.TRAINER_HOOKS names them, and the guards
+    # stand aside, with a warning, on a Keras that no longer calls one.
 
     def _purge_model_variables(self, *args, **kwargs):
-        if _fault_safe.active():
+        if _fault_safe.active(self):
             names = (
                 "trainable_variables",
                 "non_trainable_variables",
@@ -135,7 +138,7 @@ class GuardedModel(keras.Model):
         return super()._purge_model_variables(*args, **kwargs)
 
     def _make_function(self, step_function, *args, **kwargs):
-        if keras.backend.backend() == "jax" and _fault_safe.active():
+        if keras.backend.backend() == "jax" and _fault_safe.active(self):
             step_function = _fault_safe.checked_step(self, step_function)
         return super()._make_function(step_function, *args, **kwargs)
 
@@ -159,7 +162,7 @@ class GuardedModel(keras.Model):
             and function is not None
             and function is not before
             and _fault_safe.active()
-            and self._should_torch_compile()
+            and private_api.should_torch_compile(self)
         ):
             function = _fault_safe.checked_torch_step(self, attribute, function)
             setattr(self, attribute, function)

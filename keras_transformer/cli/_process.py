@@ -13,6 +13,7 @@ import os
 import sys
 import warnings
 
+from keras_transformer._guards import private_api
 from keras_transformer.cli._extras import require
 
 # TensorFlow's and XLA's C++ log level (JAX's XLA reads it too) without
@@ -141,7 +142,6 @@ def keras_backend():
         return "tensorflow"
 
 
-@contextlib.contextmanager
 def keras_without_tensorflow():
     """Keras, in the block, as if TensorFlow were not installed, where
     another backend runs it and nothing has imported TensorFlow.
@@ -150,23 +150,9 @@ def keras_without_tensorflow():
     (``keras.utils.set_random_seed``, for ``tf.data``) and to look for its
     types in a model it saves. A JAX or PyTorch run uses neither, and the
     import costs seconds, memory and TensorFlow's start-up lines on stderr.
-    Keras' note of whether TensorFlow imports (a private attribute: a Keras
-    without it imports TensorFlow as before) is set for the block only, so
-    that a later use of TensorFlow in the process still imports it.
+    Keras' note of whether TensorFlow imports is private: it is set through
+    ``private_api``, for the block only, and on a Keras it was not tested
+    with, or one without the note, Keras imports TensorFlow as before (with
+    one warning).
     """
-    import keras
-    from keras.src.utils import module_utils
-
-    lazy = getattr(module_utils, "tensorflow", None)
-    hide = (
-        keras.backend.backend() != "tensorflow"
-        and "tensorflow" not in sys.modules
-        and getattr(lazy, "_available", False) is None
-    )
-    if hide:
-        lazy._available = False
-    try:
-        yield
-    finally:
-        if hide and lazy.module is None:
-            lazy._available = None
+    return private_api.keras_without_tensorflow()

@@ -165,16 +165,29 @@ def compiled_function(model, key, fn):
     # Two threads translating at once must share one compiled function per
     # key, or each would trace and compile its own (seconds on TF and JAX).
     with _COMPILE_LOCK:
-        functions = getattr(model, "_decoding_functions", None)
-        if functions is None:
-            functions = {}
-            # Past Keras' attribute tracking: a cache of functions is not state
-            # to save or to count as layers.
-            object.__setattr__(model, "_decoding_functions", functions)
+        compiled = getattr(model, "_decoding_functions", None)
+        if compiled is None:
+            compiled = model._decoding_functions = _CompiledFunctions()
+        functions = compiled.by_key
         if key not in functions:
             # Builds the wrapper only; tracing happens at its first call.
             functions[key] = backend.compile_loop(model, fn)
         return functions[key]
+
+
+class _CompiledFunctions:
+    """A model's compiled functions, by key.
+
+    Kept on the model, which they refer to, so that they go with it (in a
+    table of their own they would keep every model alive). A plain object,
+    not a dict: Keras tracks the dicts, lists and variables set on a layer
+    as its state, and this is no state to save or to count as layers.
+    """
+
+    __slots__ = ("by_key",)
+
+    def __init__(self):
+        self.by_key = {}
 
 
 def _check_inputs(model, source_ids, max_lengths, max_length):

@@ -12,10 +12,12 @@ this one writes scalars only.
 """
 
 import contextlib
+import importlib.abc
 import itertools
 import os
 import socket
 import sys
+import threading
 import time
 
 import keras
@@ -27,6 +29,9 @@ TRAIN, VALIDATION = "train", "validation"
 # Two files opened in one second in one folder would otherwise get the same
 # name, and the second would truncate the first.
 _opened = itertools.count()
+# Two threads' first imports of tensorboardX would each put their finder on
+# sys.meta_path, and one could drop the other's (``_not_found_here``).
+_first_import = threading.Lock()
 
 
 def available():
@@ -39,22 +44,52 @@ def available():
 
 
 def _tensorboardx():
-    # tensorboardX imports PyTorch wherever it is installed, for the tensors
-    # of summaries other than scalars: on JAX or TensorFlow that is seconds
-    # and memory for nothing, so its import fails there, as if PyTorch were
-    # not installed (a float scalar never asks for it later).
-    if "torch" in sys.modules or "tensorboardX" in sys.modules:
-        import tensorboardX
-    else:
-        sys.modules["torch"] = None
-        try:
+    # tensorboardX imports PyTorch wherever it is installed (its package
+    # imports its SummaryWriter, which takes torch tensors too): on JAX or
+    # TensorFlow that is seconds and memory for nothing, so where nothing
+    # has imported PyTorch, tensorboardX is imported as if PyTorch were not
+    # installed (a float scalar never asks for it later).
+    with _first_import:
+        if "torch" in sys.modules or "tensorboardX" in sys.modules:
             import tensorboardX
-        finally:
-            del sys.modules["torch"]
+        else:
+            with _not_found_here("torch"):
+                import tensorboardX
     import tensorboardX.proto.event_pb2
     import tensorboardX.summary
 
     return tensorboardX
+
+
+@contextlib.contextmanager
+def _not_found_here(name):
+    """Imports of module ``name`` (and its submodules) made by this thread
+    in the block fail as if it were not installed.
+
+    ``sys.modules`` is left alone (a ``None`` entry there would fail every
+    thread's import of it while the block runs): a finder that answers for
+    this thread alone goes first on ``sys.meta_path``, in a new list rather
+    than inserted into the one that another thread's import may be walking.
+    """
+    finder = _NotFoundHere(name, threading.get_ident())
+    sys.meta_path = [finder, *sys.meta_path]
+    try:
+        yield
+    finally:
+        sys.meta_path = [entry for entry in sys.meta_path if entry is not finder]
+
+
+class _NotFoundHere(importlib.abc.MetaPathFinder):
+    """See ``_not_found_here``."""
+
+    def __init__(self, name, thread):
+        self.name, self.thread = name, thread
+
+    def find_spec(self, fullname, path=None, target=None):
+        ours = fullname == self.name or fullname.startswith(f"{self.name}.")
+        if ours and threading.get_ident() == self.thread:
+            raise ModuleNotFoundError(f"No module named {fullname!r}", name=fullname)
+        return None  # the other finders decide
 
 
 class EpochScalars(keras.callbacks.Callback):

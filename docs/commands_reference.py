@@ -2,18 +2,34 @@
 the argparse parsers the commands parse with, so that it cannot say other
 than ``--help`` (``tests/test_commands_reference.py`` compares the two).
 
-    python -m keras_transformer.cli.reference           # print it
-    python -m keras_transformer.cli.reference --write   # rewrite docs/commands.md
+    python docs/commands_reference.py           # print it
+    python docs/commands_reference.py --write   # rewrite docs/commands.md
+
+A tool of the repository, not of the package: it documents the parsers of
+the clone it sits in. argparse has no public way to list a parser's
+options; its private lists are read through the package's one fence for
+private names (``keras_transformer._guards.private_api``), and where they
+cannot be (an untested Python), each section shows the command's
+``--help`` text instead of tables.
 """
 
 import argparse
+import copy
 import difflib
+import functools
 import importlib
 import pathlib
 import re
 import sys
 
-REGENERATE = "python -m keras_transformer.cli.reference --write"
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+if __name__ == "__main__":
+    # The parsers of this clone, whatever else is installed.
+    sys.path.insert(0, str(ROOT))
+
+from keras_transformer._guards import private_api  # noqa: E402
+
+REGENERATE = "python docs/commands_reference.py --write"
 
 # Each installed command ([project.scripts]): its module in this package and
 # the function of that module that builds its parser (the one ``main`` uses).
@@ -39,10 +55,8 @@ _STATED_DEFAULT = re.compile(r"\bdefault:? ([^;)]+)")
 
 
 def document_path():
-    """docs/commands.md of the clone this package runs from (an editable
-    install's, or the current directory's with ``python -m``)."""
-    root = pathlib.Path(__file__).resolve().parents[2]
-    return root / "docs" / "commands.md"
+    """docs/commands.md, beside this file."""
+    return ROOT / "docs" / "commands.md"
 
 
 def build_parser(command):
@@ -76,8 +90,11 @@ def render(parsers=None):
 
 
 def _section(name, parser):
-    """One command's heading, description, usage and option tables."""
+    """One command's heading, description, usage and option tables (its
+    ``--help`` text where argparse's lists cannot be read)."""
     lines = [f"## {name}", ""]
+    if not private_api.argparse_readable(parser, argparse.HelpFormatter):
+        return lines + ["```", *_help_text(parser).splitlines(), "```"]
     if parser.description:
         lines += [parser.description, ""]
     lines += ["```", *_usage(parser), "```"]
@@ -97,15 +114,24 @@ def _section(name, parser):
     return lines
 
 
+def _formatted(parser, width):
+    """A copy of ``parser`` whose help is formatted ``width`` wide, whatever
+    the terminal."""
+    fixed = copy.copy(parser)
+    fixed.formatter_class = functools.partial(argparse.HelpFormatter, width=width)
+    return fixed
+
+
+def _help_text(parser):
+    """``--help``, ``WIDTH`` wide."""
+    return _formatted(parser, WIDTH).format_help().rstrip()
+
+
 def _usage(parser):
     """argparse's usage line, unwrapped, then wrapped at ``WIDTH`` between
     its bracketed parts, continued under the first argument as argparse
     does."""
-    formatter = argparse.HelpFormatter(parser.prog, width=sys.maxsize)
-    formatter.add_usage(
-        parser.usage, parser._actions, parser._mutually_exclusive_groups
-    )
-    text = formatter.format_help().strip()
+    text = _formatted(parser, sys.maxsize).format_usage().strip()
     head = f"usage: {parser.prog} "
     parts = _top_level_parts(text[len(head) :])
     lines, line = [], head
@@ -146,26 +172,33 @@ def _groups(parser):
     action and hidden options left out."""
     shown = [
         action
-        for action in parser._actions
-        if action.help != argparse.SUPPRESS
-        and not isinstance(action, argparse._HelpAction)
+        for action in private_api.parser_actions(parser)
+        if action.help != argparse.SUPPRESS and not _is_help(parser, action)
     ]
-    own = {id(a) for g in parser._action_groups[2:] for a in g._group_actions}
+    groups = private_api.argument_groups(parser)
+    own = {id(a) for _, _, actions in groups for a in actions}
     yield "Arguments", None, [a for a in shown if not a.option_strings]
     yield "Options", None, [a for a in shown if a.option_strings and id(a) not in own]
-    for group in parser._action_groups[2:]:
-        listed = {id(a) for a in group._group_actions}
-        yield group.title, group.description, [a for a in shown if id(a) in listed]
+    for title, description, actions in groups:
+        listed = {id(a) for a in actions}
+        yield title, description, [a for a in shown if id(a) in listed]
+
+
+def _is_help(parser, action):
+    """Whether ``action`` is the ``-h``/``--help`` that ``add_help`` adds."""
+    prefix = parser.prefix_chars[0]
+    flags = [f"{prefix}h", f"{prefix * 2}help"]
+    return parser.add_help and action.option_strings == flags and action.nargs == 0
 
 
 def _required_groups(parser):
     """action id -> the options of its required mutually exclusive group
     (one of which must be given)."""
     together = {}
-    for group in parser._mutually_exclusive_groups:
-        if group.required:
-            names = [a.option_strings[0] for a in group._group_actions]
-            for action in group._group_actions:
+    for required, actions in private_api.exclusive_groups(parser):
+        if required:
+            names = [a.option_strings[0] for a in actions]
+            for action in actions:
                 together[id(action)] = names
     return together
 
@@ -175,8 +208,8 @@ def _row(parser, action, required_together):
     help (and its choices where a metavar hides them)."""
     formatter = argparse.HelpFormatter(parser.prog, width=sys.maxsize)
     # argparse's own spelling: flags, metavar or choices, optional values.
-    invocation = formatter._format_action_invocation(action)
-    text = formatter._expand_help(action) if action.help else ""
+    invocation = private_api.action_invocation(formatter, action)
+    text = private_api.expanded_help(formatter, action) if action.help else ""
     if action.choices is not None and action.metavar is not None:
         choices = ", ".join(f"`{choice}`" for choice in action.choices)
         text = f"{text} (one of {choices})".strip()
@@ -236,7 +269,7 @@ def difference(written, rendered, name="docs/commands.md"):
 def main(argv=None):
     """Print docs/commands.md, or with ``--write`` rewrite it; returns it."""
     parser = argparse.ArgumentParser(
-        prog="python -m keras_transformer.cli.reference",
+        prog="python docs/commands_reference.py",
         description="Render docs/commands.md from the commands' parsers.",
     )
     parser.add_argument(
