@@ -349,12 +349,16 @@ def beam_search(
             ``"transformers"`` (``keras_transformer.search.transformers_beam``:
             scores ``log P(Y | X) / |Y| ** α``, and the end token forced at
             each row's limit).
-        constraints: optional, per row (missing rows have none), a list of
-            phrases (non-empty lists of target ids) the output must hold,
-            contiguous: lexically constrained beam search
-            (``search.constrained``) with ``length_penalty_form``'s penalty,
-            hypotheses ranked by constraint tokens met, then score; one
-            that cannot fit in a row's limit is missing from its output.
+        constraints: optional list, one per row of ``source_ids`` (missing
+            rows have none), of lists of phrases, each a non-empty list of
+            target ids that the output must hold, contiguous
+            (``keras_transformer.search.constrained``: lexically
+            constrained beam search, with the length penalty of
+            ``length_penalty_form``). None (default): no constraints, and
+            the search is the plain one of ``length_penalty_form``. The
+            hypotheses are then ranked by constraint tokens met, then
+            score; a constraint that cannot fit in a row's limit is missing
+            from its output (check it there).
 
     Returns:
         ``(tokens, scores, log_probs)``: ``(B, beam_size, max_length)`` int32,
@@ -378,8 +382,9 @@ def beam_search(
     arrays = ()
     if constraints is not None:
         arrays = _constraint_inputs(model, constraints, source_ids.shape[0], ids)
-    # top_n is an argument of the program, not part of its key; the
-    # constraints' (bucketed) width is.
+    # top_n is an argument of the program, not part of its key: the n best
+    # of any n share the search compiled for the best alone; the
+    # constraints' width is part of it (bucketed).
     width = arrays[0].shape[1] if arrays else 0
     key = ("beam", max_length, bool(use_cache), ids, beam_size, form, width)
     run = compiled_function(model, key, _beam_function(model, key))
