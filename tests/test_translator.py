@@ -5,10 +5,13 @@ once per token, and the `.keras` round trip. Marked `once`: the Translator's own
 Python (lengths, warnings, argument checks), the same on every backend.
 """
 
+import io
 import os
 import types
 import warnings
+import zipfile
 
+import h5py
 import keras
 import numpy as np
 import pytest
@@ -539,7 +542,17 @@ def test_a_mixed_precision_model_translates_in_float32(trained, tmp_path):
     expected = trained.translate(texts, beam_size=2)
     assert translator.translate(texts, beam_size=2) == expected
     assert mixed.target_embedding.compute_dtype == "bfloat16"  # itself unchanged
-    assert getattr(translator, "_float32_copy", None) is not None
+    # The copy is not the translator's state: not among its weights, not
+    # saved with it.
+    assert translator._float32_copy.model is not None
+    assert len(translator.weights) == len(mixed.weights)
+    saved = tmp_path / "float32.keras"
+    translator.save(saved)
+    with zipfile.ZipFile(saved) as archive:
+        with h5py.File(io.BytesIO(archive.read("model.weights.h5"))) as weights:
+            groups = []
+            weights.visit(groups.append)
+    assert groups and not any("float32_copy" in group for group in groups)
     # Its weights are read at every call: a change reaches the copy.
     mixed.set_weights([w * 0.0 for w in model.get_weights()])
     assert translator.translate(texts[:2], beam_size=1) != expected[:2]

@@ -12,6 +12,7 @@ and test_compat.py's.
 """
 
 import gc
+import inspect
 import os
 import warnings
 
@@ -63,19 +64,19 @@ class CopyEngine(TranslatorBase):
     def default_batch_size(self):
         return 3
 
-    def _search_sorted(self, sources, limits, search, top_n, report):
-        self.calls.append((sources, limits, search.batch_size_or(3)))
-        results = []
-        for source, limit in zip(sources, limits, strict=True):
-            body = source[:-1][: limit - 1] + [self.end_id]
-            results.append(
-                [
-                    (body[: len(body) - k] or body, -float(k))
-                    for k in range(search.beam_size)
-                ]
-            )
-            report(len(results))
-        return results
+    def _search_batches(self, batches, search, top_n):
+        for batch in batches:
+            self.calls.append((batch.sources, batch.limits, search.batch_size_or(3)))
+            results = []
+            for source, limit in zip(batch.sources, batch.limits, strict=True):
+                body = source[:-1][: limit - 1] + [self.end_id]
+                results.append(
+                    [
+                        (body[: len(body) - k] or body, -float(k))
+                        for k in range(search.beam_size)
+                    ]
+                )
+            yield results
 
 
 @pytest.fixture(scope="module", params=["keras", "ctranslate2", "copy"])
@@ -185,4 +186,37 @@ def test_the_base_sorts_by_length_and_hands_each_limit(keras_engine):
     assert batch == 3  # the engine's default batch size
     copy.calls.clear()
     copy.translate(texts, beam_size=1, batch_size=2, max_output_length=5)
-    assert copy.calls[0][1] == [5, 5, 5] and copy.calls[0][2] == 2
+    # Batches of batch_size, cut from the sorted sources.
+    assert [len(s) for s, _, _ in copy.calls] == [2, 1]
+    assert [s for batch, _, _ in copy.calls for s in batch] == sources
+    assert [limits for _, limits, _ in copy.calls] == [[5, 5], [5]]
+
+
+def test_an_empty_source_is_answered_without_a_search(keras_engine):
+    copy = CopyEngine(keras_engine.tokenizer.proto)
+    assert copy.n_best(["", english(7), ""], n=1, beam_size=1) == [
+        [("", 0.0)],
+        [(english(7), 0.0)],
+        [("", 0.0)],
+    ]
+    ((sources, _, _),) = copy.calls
+    assert len(sources) == 1
+    copy.calls.clear()
+    assert copy.translate(["", ""]) == ["", ""] and copy.calls == []
+
+
+def test_every_engine_supplies_one_batch_search_of_one_signature():
+    """The engines search batches (``_search_batches``, one signature);
+    sorting, batching and restoring the order are the base's, through
+    ``translate.scheduler``, and no engine redefines them."""
+    from keras_transformer.translate.ctranslate2_translator import (
+        CTranslate2Translator,
+    )
+    from keras_transformer.translate.keras_translator import Translator
+
+    signature = inspect.signature(TranslatorBase._search_batches)
+    for engine in (Translator, CTranslate2Translator, CopyEngine):
+        assert "_search_batches" in vars(engine), engine
+        assert inspect.signature(engine._search_batches) == signature, engine
+        shared = ("_search_sorted", "_decode", "search_ids_sorted")
+        assert not set(shared) & set(vars(engine)), engine

@@ -17,6 +17,7 @@ import sys
 from keras_transformer.search.options import SearchOptions
 from keras_transformer.serving import glossaries
 from keras_transformer.serving.requests import Limits, RequestError
+from keras_transformer.translate import scheduler
 
 
 class Searcher:
@@ -94,9 +95,9 @@ class Searcher:
 
     def search(self, sources, options, wanted):
         """The batcher's search call: the sources sorted by length (the one
-        sort they get) and searched a group at a time, as the translator
-        would, so that the groups of a client that has gone meanwhile are
-        skipped, not searched.
+        sort they get) and searched a group of ``search.batch_size`` at a
+        time (``translate.scheduler``), so that the sources of a client
+        that has gone meanwhile are skipped, not searched.
 
         ``options`` is ``(search, n, constrained)``. A constrained batch's
         sources are ``(ids, phrases)`` (the id phrases its translation must
@@ -107,17 +108,22 @@ class Searcher:
         if constrained:
             phrases = [row for _, row in sources]
             sources = [ids for ids, _ in sources]
-        order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
-        results = [None] * len(sources)
-        for start in range(0, len(order), search.batch_size):
-            chunk, still = order[start : start + search.batch_size], wanted()
-            group = [i for i in chunk if still[i]]
-            self.metrics.dropped.inc(len(chunk) - len(group))
-            if group:
-                answers = self._search_group(sources, phrases, group, search, n)
-                for i, answer in zip(group, answers, strict=True):
-                    results[i] = answer
-        return results
+
+        def still_wanted(group):
+            still = wanted()
+            flags = [still[i] for i in group]
+            self.metrics.dropped.inc(flags.count(False))
+            return flags
+
+        return scheduler.schedule(
+            sources,
+            search.batch_size,
+            lambda groups: (
+                self._search_group(sources, phrases, group, search, n)
+                for group in groups
+            ),
+            keep=still_wanted,
+        )
 
     def _search_group(self, sources, phrases, group, search, n):
         translator = self.translator

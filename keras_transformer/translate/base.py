@@ -20,16 +20,19 @@ way for all of them:
 - each sentence's output limit: the source length (end token excluded) + 50
   (§6.1), or the fixed ``max_output_length``, never more than the model's
   ``max_length``;
-- sorting by length (so that a batch shares one padded width) and putting
-  the results back in the callers' order;
 - ``translate``, ``translate_ids``, ``n_best``, ``decode_ids``, progress,
   and the token counts a server checks requests with.
+
+Sorting by length, cutting into batches and putting the results back in
+the callers' order are ``translate.scheduler``'s, shared with the server;
+an engine searches the batches it is handed (``_search_batches``).
 
 This module imports neither Keras nor a backend: an engine that needs none
 (CTranslate2) must not pay for them.
 """
 
 import warnings
+from typing import NamedTuple
 
 from keras_transformer.progress import Progress
 from keras_transformer.search.options import (
@@ -37,6 +40,7 @@ from keras_transformer.search.options import (
     SearchOptions,
     check_n_best,
 )
+from keras_transformer.translate import scheduler
 from keras_transformer.translate.constraints import constraint_ids, warn_missing
 
 
@@ -66,6 +70,14 @@ def check_texts(texts):
     return texts
 
 
+class Batch(NamedTuple):
+    """Sources searched together (``TranslatorBase._search_batches``)."""
+
+    sources: list  # lists of int, sorted by length, none empty
+    limits: list  # each source's output limit, end token included
+    constraints: list | None  # per source, its id phrases; None: none given
+
+
 class TranslatorBase:
     """Text in, text out, on any engine.
 
@@ -87,11 +99,11 @@ class TranslatorBase:
       (``keras_transformer.data.languages``), else None;
 
     and methods: ``engine`` (a property: what translates, in words),
-    ``default_batch_size`` (a property) and ``_search_sorted`` (below);
+    ``default_batch_size`` (a property) and ``_search_batches`` (below);
     optionally ``check_tokenizer``, ``warm_up`` and ``warm_up_attention``.
     An engine whose search takes constraints (glossaries) sets
-    ``takes_constraints`` and takes ``constraints=`` in ``_search_sorted``;
-    the others refuse a glossary rather than ignore it.
+    ``takes_constraints``; the others refuse a glossary rather than ignore
+    it, and their batches never hold constraints.
 
     The methods keep no state between calls: several threads may translate
     with one translator at once (an engine that needs a lock takes its own).
@@ -123,28 +135,27 @@ class TranslatorBase:
             f"{type(self).__name__} must define default_batch_size"
         )
 
-    def _search_sorted(self, sources, limits, search, top_n, report):
-        """Search encoded sources, sorted by length (shortest first).
+    def _search_batches(self, batches, search, top_n):
+        """Search batches of encoded sources, in turn.
 
         Args:
-            sources: list of lists of int, checked, each ending with the end
-                id unless cut by the caller.
-            limits: each source's output limit (end token included).
-            search: a ``SearchOptions``; its ``batch_size`` may be None (the
-                engine's default).
+            batches: an iterator of ``Batch``: sources sorted by length
+                (shortest first), at most ``search.batch_size_or(
+                self.default_batch_size)`` of them, none empty (an empty
+                source is answered without a search). A batch is cut when
+                it is read: read one when ready to search it (an engine
+                that searches several at once reads ahead).
+            search: a ``SearchOptions``.
             top_n: how many of the best hypotheses must be exact (None: all
                 ``beam_size``); an engine may give more.
-            report: call with the number of sentences done so far.
-            constraints: (only given to an engine that ``takes_constraints``,
-                and only when some source has any) per source, the id
-                phrases its translation must hold.
 
-        Returns:
-            one list per source of hypotheses ``(ids, score)``, best first,
-            ``ids`` without the start id, ending with the end id unless the
-            limit came first; ``score`` is ``log P(Y | X) / lp(Y)``.
+        Yields:
+            per batch, in the order read, one list per source of hypotheses
+            ``(ids, score)``, best first, ``ids`` without the start id,
+            ending with the end id unless the limit came first; ``score``
+            is ``log P(Y | X) / lp(Y)``.
         """
-        raise NotImplementedError(f"{type(self).__name__} must define _search_sorted")
+        raise NotImplementedError(f"{type(self).__name__} must define _search_batches")
 
     def search_options(self, search=None, **options):
         """The ``SearchOptions`` of a call: ``search``, or else this
@@ -478,29 +489,6 @@ class TranslatorBase:
             for row in sources
         ]
 
-    def _search_limited(self, sources, limits, search, top_n, report, wanted=None):
-        """``_search_sorted`` for the sources with something to translate;
-        the empty translation, scored 0, for those whose limit is 0."""
-        kept = [i for i, limit in enumerate(limits) if limit > 0]
-        empty = len(sources) - len(kept)
-        outputs = [[([], 0.0)] for _ in sources]
-        if not kept:
-            report(len(sources))
-            return outputs
-        # Engines without constraints keep their signature.
-        extra = {} if wanted is None else {"constraints": [wanted[i] for i in kept]}
-        found = self._search_sorted(
-            [sources[i] for i in kept],
-            [limits[i] for i in kept],
-            search,
-            top_n,
-            lambda done: report(done + empty),
-            **extra,
-        )
-        for i, output in zip(kept, found, strict=True):
-            outputs[i] = output
-        return outputs
-
     def constraint_ids(self, texts, glossary=None, constraints=None):
         """Per text, the target-id phrases its translation must hold (from
         ``glossary`` and ``constraints``, as ``translate`` takes them), or
@@ -521,22 +509,52 @@ class TranslatorBase:
     def _decode(self, source_ids, search, top_n=None, constraints=None):
         sources = self.check_source_ids(source_ids)
         limits = self._limits(sources, search)
-        order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
         progress = Progress(len(sources)) if search.verbose else None
-        outputs = self._search_limited(
-            [sources[i] for i in order],
-            [limits[i] for i in order],
-            search,
-            top_n,
-            progress.update if progress is not None else _ignore,
-            None if constraints is None else [constraints[i] for i in order],
+        results = scheduler.in_length_order(
+            sources,
+            lambda order: self._search_sorted(
+                [sources[i] for i in order],
+                [limits[i] for i in order],
+                search,
+                top_n,
+                progress.update if progress is not None else _ignore,
+                None if constraints is None else [constraints[i] for i in order],
+            ),
         )
-        results = [None] * len(sources)
-        for i, output in zip(order, outputs, strict=True):
-            results[i] = output
         if constraints is not None:
             warn_missing(results, constraints, limits)
         return results
+
+    def _search_sorted(self, sources, limits, search, top_n, report, constraints=None):
+        """``search_ids_sorted`` with each source's output limit given and
+        progress reported (``report(sources done)``): the sources cut into
+        batches (``scheduler.in_batches``) that the engine searches
+        (``_search_batches``). A source whose limit is 0 (an empty one) is
+        answered without a search: the empty translation, scored 0."""
+        kept = [i for i, limit in enumerate(limits) if limit > 0]
+        outputs = [[([], 0.0)] for _ in sources]
+        if not kept:
+            report(len(sources))
+            return outputs
+        empty = len(sources) - len(kept)
+
+        def batches_of(cut):  # the positions in sources of each batch
+            for batch in cut:
+                yield Batch(
+                    [sources[i] for i in batch],
+                    [limits[i] for i in batch],
+                    None if constraints is None else [constraints[i] for i in batch],
+                )
+
+        found = scheduler.in_batches(
+            kept,
+            search.batch_size_or(self.default_batch_size),
+            lambda cut: self._search_batches(batches_of(cut), search, top_n),
+            report=lambda done: report(done + empty),
+        )
+        for i, output in zip(kept, found, strict=True):
+            outputs[i] = output
+        return outputs
 
     # -- sources sorted and checked by the caller (kt-serve) -----------------------
 
@@ -564,9 +582,8 @@ class TranslatorBase:
         limits = self._limits(sources, search)
         if constraints is not None and not any(constraints):
             constraints = None
-        return self._search_limited(
-            sources, limits, search, top_n, _ignore, constraints
-        )
+        # Positional, as in _decode: one form of call for whoever wraps it.
+        return self._search_sorted(sources, limits, search, top_n, _ignore, constraints)
 
 
 def _ignore(done):

@@ -18,9 +18,10 @@ Decoding matches ``keras_transformer.search.decoding``:
   (``</s>`` excluded) + 50 tokens, or ``max_output_length``, never more than
   ``max_length``, the end token included. CTranslate2's
   ``max_decoding_length`` is one number per call, so sentences are sorted
-  by length and decoded in batches with their batch's largest limit; a
-  sentence whose result reaches its own limit is decoded again alone with
-  it (greedy: an output longer than its limit; beam: any hypothesis as long
+  by length (``translate.scheduler``) and decoded in batches with their
+  batch's largest limit; a sentence whose result reaches its own limit is
+  decoded again with it, beside its batch's other sentences of that limit
+  (greedy: an output longer than its limit; beam: any hypothesis as long
   as its limit, since the last step ends every hypothesis of the beam). The
   results are those of per-sentence limits; in practice few sentences are
   decoded twice.
@@ -30,6 +31,13 @@ Decoding matches ``keras_transformer.search.decoding``:
   as ours does); ``<unk>`` may be, as in ours.
 - ``beam_size=1`` is CTranslate2's greedy search: the argmax chain, the
   same tokens as ours; its score is ``log P(Y | X) / lp(Y)`` as in ours.
+  With ``length_penalty_form="transformers"`` (an imported checkpoint's
+  greedy search) the end token takes the limit's last place, as in ours and
+  in transformers' ``forced_eos_token_id``: CTranslate2 decodes one token
+  fewer than the limit, and an output that has not ended by then ends
+  there (the forced token's probability is 1, so the score is unchanged
+  but for the penalty, ``|Y| ** α``). transformers' beam search is not
+  CTranslate2's: refused.
 
 Beam search and the length penalty. Ours ranks every candidate, at every
 step, by ``log P(Y | X) / lp(Y)`` with GNMT's ``lp(Y) = ((5 + |Y|) / 6) ** α``
@@ -66,6 +74,7 @@ CPU cores (``benchmarks/ctranslate2_parity.py``; figures in
 constructor) replaces them.
 """
 
+import collections
 import json
 import math
 import numbers
@@ -76,7 +85,6 @@ from keras_transformer.data.sentencepiece import MODEL_FILE, SentencePiece
 from keras_transformer.search.options import (
     SearchOptions,
     check_length,
-    length_penalty,
     refuse_transformers_form,
 )
 from keras_transformer.translate.base import TranslatorBase
@@ -271,55 +279,45 @@ class CTranslate2Translator(TranslatorBase):
         kind = "int8" if "int8" in str(self.translator.compute_type) else "float32"
         return DEFAULT_BATCH_SIZES[kind]
 
-    def _search_sorted(self, sources, limits, search, top_n, report):
+    def _search_batches(self, batches, search, top_n):
         # CTranslate2 finds every hypothesis of the beam: top_n changes nothing.
-        refuse_transformers_form(search, "the CTranslate2 engine")
-        batch_size = search.batch_size_or(self.default_batch_size)
-        # One asynchronous call per batch, so that CTranslate2 decodes
-        # inter_threads batches at once. A batch decodes with its largest
-        # output limit.
-        batches = [
-            (chunk, max(limits[i] for i in chunk))
-            for chunk in (
-                range(start, min(start + batch_size, len(sources)))
-                for start in range(0, len(sources), batch_size)
-            )
-        ]
-        results = [None] * len(sources)
-        again = {}
-        done = 0
-        for chunk, limit, outputs in self._run(sources, batches, search):
-            for i, output in zip(chunk, outputs, strict=True):
-                pool = self._hypotheses(output.result(), search)
-                if limits[i] < limit and self._reaches(pool, limits[i], search):
-                    again.setdefault(limits[i], []).append(i)
-                else:
-                    results[i] = pool[: search.beam_size]
-                    done += 1
-            report(done)
-        # A result that may depend on the sentence's own limit: decoded again
-        # with it, in batches of one limit.
-        batches = [
-            (rows[start : start + batch_size], limit)
-            for limit, rows in sorted(again.items())
-            for start in range(0, len(rows), batch_size)
-        ]
-        for chunk, _, outputs in self._run(sources, batches, search):
-            for i, output in zip(chunk, outputs, strict=True):
-                results[i] = self._hypotheses(output.result(), search)[
-                    : search.beam_size
-                ]
-                done += 1
-            report(done)
-        return results
+        if search.beam_size > 1:
+            what = "the CTranslate2 engine, beyond greedy search,"
+            refuse_transformers_form(search, what)
+        # Asynchronous calls, so that CTranslate2's workers decode several
+        # batches at once: one per worker, and one more waiting for the
+        # first that is free.
+        running = collections.deque()
+        for batch in batches:
+            outputs = self._submit(batch.sources, max(batch.limits), search)
+            running.append((batch, outputs))
+            if len(running) > self.translator.num_translators:
+                yield self._results(*running.popleft(), search)
+        while running:
+            yield self._results(*running.popleft(), search)
 
-    def _run(self, sources, batches, search):
-        """``(chunk, limit, outputs)`` per batch, all submitted at once."""
-        submitted = [
-            (chunk, limit, self._submit([sources[i] for i in chunk], limit, search))
-            for chunk, limit in batches
+    def _results(self, batch, outputs, search):
+        """A batch's hypotheses, from ``outputs`` decoded with its largest
+        limit; a sentence whose result may depend on its own, smaller limit
+        is decoded again with it, together with the batch's other sentences
+        of that limit."""
+        sources, limits, _ = batch
+        largest = max(limits)
+        pools = [
+            self._hypotheses(output.result(), search, largest) for output in outputs
         ]
-        yield from submitted
+        again = {}
+        for i, pool in enumerate(pools):
+            if limits[i] < largest and self._reaches(pool, limits[i], search):
+                again.setdefault(limits[i], []).append(i)
+        redone = [
+            (rows, limit, self._submit([sources[i] for i in rows], limit, search))
+            for limit, rows in sorted(again.items())
+        ]
+        for rows, limit, outputs in redone:
+            for i, output in zip(rows, outputs, strict=True):
+                pools[i] = self._hypotheses(output.result(), search, limit)
+        return [pool[: search.beam_size] for pool in pools]
 
     def _submit(self, sources, limit, search):
         tokens = [[self._source_pieces[i] for i in row] for row in sources]
@@ -329,7 +327,9 @@ class CTranslate2Translator(TranslatorBase):
             asynchronous=True,
             beam_size=beam,
             max_input_length=0,  # sources are cut by encode_sources
-            max_decoding_length=int(limit),
+            # A forced end's place is not decoded (_hypotheses fills it);
+            # CTranslate2 decodes at least one token.
+            max_decoding_length=max(int(limit) - int(forced_end(search)), 1),
             min_decoding_length=0,
             return_scores=True,
             return_end_token=True,
@@ -352,30 +352,44 @@ class CTranslate2Translator(TranslatorBase):
         ``_reaches``, need every one."""
         return max(math.floor(beam_size * self.patience + 0.5), beam_size)
 
-    def _hypotheses(self, result, search):
-        """``[(ids, score)]`` best first by our score, from CTranslate2's."""
-        alpha = search.length_penalty
+    def _hypotheses(self, result, search, limit):
+        """``[(ids, score)]`` best first by our score, from CTranslate2's
+        (decoded for an output ``limit``)."""
         ranked = []
         for tokens, score in zip(result.hypotheses, result.scores, strict=True):
             ids = [self._target_ids[token] for token in tokens]
+            if forced_end(search) and (limit == 1 or ids[-1:] != [self.end_id]):
+                # The end token in the limit's last place, the one token
+                # allowed there (probability 1); at a limit of 1 the only
+                # place, whatever CTranslate2's one decoded token was.
+                ids = ids[: limit - 1] + [self.end_id]
+                score = score if limit > 1 else 0.0
             length = len(ids)
             # Undo CTranslate2's score / |Y| ** length_penalty (|Y| with </s>).
             if search.beam_size > 1 and length:
                 score = score * length**SEARCH_LENGTH_PENALTY
-            ranked.append((ids, float(score) / length_penalty(length, alpha)))
+            ranked.append((ids, float(score) / search.penalty(length)))
         # Stable: ties keep CTranslate2's order.
         ranked.sort(key=lambda item: -item[1])
         return ranked
 
     def _reaches(self, hypotheses, limit, search):
         """Whether a result found with a larger limit may differ from the
-        one its own ``limit`` gives: greedy, if it is longer; beam search, if
-        any finished hypothesis is as long (the last step ends the whole
-        beam, so the search would have stopped there)."""
+        one its own ``limit`` gives: greedy, if it is longer, or as long
+        where the end is forced at the limit (which would have put the end
+        token there); beam search, if any finished hypothesis is as long
+        (the last step ends the whole beam, so the search would have
+        stopped there)."""
         longest = max(len(ids) for ids, _ in hypotheses)
-        if search.beam_size == 1:
+        if search.beam_size == 1 and not forced_end(search):
             return longest > limit
         return longest >= limit
+
+
+def forced_end(search):
+    """Whether ``search`` puts the end token in the last place its limit
+    allows (transformers' rule; this engine runs it for greedy search)."""
+    return search.length_penalty_form == "transformers"
 
 
 def load_ctranslate2(path, **kwargs):

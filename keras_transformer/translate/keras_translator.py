@@ -6,9 +6,10 @@ strings. Saved with ``translator.save("t.keras")`` the file holds the
 transformer's weights and the tokenizer's vocabulary (as the asset
 ``vocabulary.spm``), and ``keras.saving.load_model("t.keras")`` rebuilds it on
 any backend without ``custom_objects``. What every engine shares (text
-checks, output limits, sorting, ``translate`` / ``n_best`` / ``decode_ids``)
-is ``translate.base.TranslatorBase``; this module adds the search on the
-model (``keras_transformer.search``):
+checks, output limits, ``translate`` / ``n_best`` / ``decode_ids``) is
+``translate.base.TranslatorBase``, and sorting and batching are
+``translate.scheduler``'s; this module searches a batch on the model
+(``keras_transformer.search``):
 
 - Beam search with 4 beams and length penalty α = 0.6 by default, as in the
   paper (§6.1); ``beam_size=1`` is greedy search. A key/value cache makes
@@ -47,7 +48,7 @@ from keras_transformer.data.tokenizer import special_ids
 from keras_transformer.search import decoding, shapes
 from keras_transformer.search.emission import IMPOSSIBLE
 from keras_transformer.search.options import SearchOptions, check_length
-from keras_transformer.translate.base import TranslatorBase
+from keras_transformer.translate.base import Batch, TranslatorBase
 
 SEARCH_DTYPES = ("float32", "policy")
 # Sentences per batch when a call gives no batch_size.
@@ -134,6 +135,7 @@ class Translator(TranslatorBase, keras.Model):
                 f"Received: search_dtype={search_dtype!r}"
             )
         self.search_dtype = search_dtype
+        self._float32_copy = _Unsaved()
         self.source_max_length = self.target_max_length = transformer.max_length
         self.source_vocabulary_size = transformer.src_vocab_size
         # A tokenizer loaded from a .keras file has no vocabulary until its
@@ -303,12 +305,11 @@ class Translator(TranslatorBase, keras.Model):
         if self.search_compute_dtype == self._policy_dtype():
             return self.transformer
         with _COPY_LOCK:
-            copy = getattr(self, "_float32_copy", None)
+            copy = self._float32_copy.model
             if copy is None:
                 config = dict(self.transformer.get_config(), dtype="float32")
                 copy = type(self.transformer).from_config(config)
-                # Past Keras' tracking: a copy to compute with, not state to save.
-                object.__setattr__(self, "_float32_copy", copy)
+                self._float32_copy.model = copy
             # Variable to variable, on the device: no round trip through NumPy.
             for target, source in zip(
                 copy.weights, self.transformer.weights, strict=True
@@ -352,14 +353,8 @@ class Translator(TranslatorBase, keras.Model):
             source = [self.unk_id] * (length - 1) + [self.end_id]
             for width in constraint_widths:
                 wanted = None if width is None else [[[self.unk_id] * width]]
-                self._decode_batch(
-                    model,
-                    [source] * rows,
-                    [limit] + [1] * (rows - 1),
-                    search,
-                    top_n=1,
-                    constraints=wanted,
-                )
+                batch = Batch([source] * rows, [limit] + [1] * (rows - 1), wanted)
+                self._decode_batch(model, batch, search, top_n=1)
 
     def _search_shapes(self, search):
         """``{(source width, output width): (source length, output limit)}``
@@ -402,26 +397,13 @@ class Translator(TranslatorBase, keras.Model):
 
     takes_constraints = True
 
-    def _search_sorted(self, sources, limits, search, top_n, report, constraints=None):
-        batch_size = search.batch_size_or(self.default_batch_size)
-        model = self._search_model() if sources else self.transformer
-        outputs = []
-        for start in range(0, len(sources), batch_size):
-            batch = slice(start, start + batch_size)
-            outputs += self._decode_batch(
-                model,
-                sources[batch],
-                limits[batch],
-                search,
-                top_n,
-                None if constraints is None else constraints[batch],
-            )
-            report(len(outputs))
-        return outputs
+    def _search_batches(self, batches, search, top_n):
+        model = self._search_model()
+        for batch in batches:
+            yield self._decode_batch(model, batch, search, top_n)
 
-    def _decode_batch(
-        self, model, sources, limits, search, top_n=None, constraints=None
-    ):
+    def _decode_batch(self, model, batch, search, top_n=None):
+        sources, limits, constraints = batch
         rows = len(sources)
         batch_size = search.batch_size_or(self.default_batch_size)
         # A power of two of rows (capped by batch_size), or batch_size itself,
@@ -473,6 +455,17 @@ class Translator(TranslatorBase, keras.Model):
                 hypotheses.append((row, score))
             outputs.append(hypotheses)
         return outputs
+
+
+class _Unsaved:
+    """A model to compute with that is not the translator's state: Keras
+    tracks and saves the models a translator's attributes name, never one
+    this plain object holds."""
+
+    __slots__ = ("model",)
+
+    def __init__(self):
+        self.model = None
 
 
 def _length_per_width(max_length):
