@@ -136,7 +136,7 @@ def run_system(system, search, model, work, texts):
 def write_folders(model, work):
     """The Marian folder and the CTranslate2 model, under ``work``."""
     from keras_transformer.export.ctranslate2 import export_ctranslate2
-    from keras_transformer.pretrained.marian_export import write_marian
+    from keras_transformer.export.marian import write_marian
     from keras_transformer.translate.evaluation import load_translator
 
     translator = load_translator(model)

@@ -27,6 +27,8 @@ from keras_transformer import build_model
 from keras_transformer.data import tokenizer as tk
 from keras_transformer.data.numbers import EDGE_NUMBERS, english
 from keras_transformer.export import ctranslate2 as kt_ct2
+from keras_transformer.search.options import SearchOptions
+from keras_transformer.special_tokens import END_ID
 from keras_transformer.translate.keras_translator import Translator
 
 FIXTURE = os.path.join(
@@ -343,6 +345,32 @@ def test_each_sentence_has_its_own_output_limit(tiny):
             )
 
 
+def test_transformers_greedy_search_ends_at_the_limit_as_the_translators(tiny):
+    """The model never ends; with transformers' greedy search (an imported
+    model's) each output ends with the end token in its limit's last place,
+    on both engines alike, with the same scores, down to a limit of 1
+    (where CTranslate2 is asked for one token, the least it decodes)."""
+    translator, fast = tiny["pre_ln_separate"]
+    sources = fast.encode_sources(LIMITED)
+    for limit in (1, 2, None):
+        search = SearchOptions(
+            beam_size=1, length_penalty_form="transformers", max_output_length=limit
+        )
+        ours = [row[0] for row in translator.decode_ids(sources, search)]
+        theirs = [row[0] for row in fast.decode_ids(sources, search)]
+        assert [ids for ids, _ in theirs] == [ids for ids, _ in ours], limit
+        assert all(ids[-1] == END_ID for ids, _ in ours)
+        limits = [len(row) - 1 + 50 if limit is None else limit for row in sources]
+        assert [len(ids) for ids, _ in ours] == limits
+        np.testing.assert_allclose(
+            [score for _, score in theirs], [score for _, score in ours], rtol=1e-5
+        )
+        if limit == 1:  # the end token alone, forced: probability 1
+            assert theirs == [([END_ID], 0.0)] * len(sources)
+        else:
+            assert all(score < 0 for _, score in theirs)
+
+
 # -- the directory and the errors -----------------------------------------------------
 
 
@@ -396,8 +424,8 @@ def test_bad_texts_and_options_fail_as_the_translators(numbers, fast):
     assert fast.translate([]) == []
     # transformers' beam search is the Keras engine's alone, and so are
     # constrained searches: a glossary is refused, not ignored.
-    with pytest.raises(ValueError, match="the CTranslate2 engine searches with"):
-        fast.translate(["one"], length_penalty_form="transformers")
+    with pytest.raises(ValueError, match="beyond greedy search, searches with"):
+        fast.translate(["one"], beam_size=2, length_penalty_form="transformers")
     assert not fast.takes_constraints
     for terms in (dict(glossary={"one": "eins"}), dict(constraints=[["eins"]])):
         with pytest.raises(ValueError, match="cannot follow a glossary"):

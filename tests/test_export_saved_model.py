@@ -27,11 +27,10 @@ import numpy as np
 import pytest
 
 import keras_transformer as kt
-from keras_transformer.cli import _saved_model_child
 from keras_transformer.cli import export as export_command
 from keras_transformer.data.contract import TextTokenizer
 from keras_transformer.data.numbers import english
-from keras_transformer.export import saved_model, saved_model_graph
+from keras_transformer.export import _saved_model_child, saved_model, saved_model_graph
 from keras_transformer.search import shapes
 from keras_transformer.search.options import SearchOptions
 from keras_transformer.special_tokens import END_ID, PAD_ID, START_ID, UNK_ID
@@ -325,14 +324,20 @@ def test_a_tokenizer_of_other_ids_is_refused_before_anything_is_written(
 
 
 @pytest.mark.once
-def test_the_subprocess_reports_its_errors(tmp_path):
+def test_the_subprocess_reports_its_errors(tmp_path, capsys):
     """``main`` (the export subprocess) reports a failure as a type and a
     message, which the parent raises again."""
+    assert _saved_model_child.main([]) == 2
+    assert "JOB.json" in capsys.readouterr().err
     result = tmp_path / "result.json"
-    code = _saved_model_child.main(
-        [os.fspath(tmp_path / "missing.keras"), os.fspath(tmp_path / "out")]
-        + ["--search", '{"beam_size": 0}', "--result", os.fspath(result)]
-    )
+    job = {
+        "model": os.fspath(tmp_path / "missing.keras"),
+        "output": os.fspath(tmp_path / "out"),
+        "search": {"beam_size": 0},
+        "result": os.fspath(result),
+    }
+    (tmp_path / "job.json").write_text(json.dumps(job))
+    code = _saved_model_child.main([os.fspath(tmp_path / "job.json")])
     assert code == 1
     outcome = json.loads(result.read_text())
     assert not outcome["ok"]

@@ -1,5 +1,6 @@
 """Glossaries: the matching contract of ``Glossary.targets``, the checks of
-its entries, and ``read_glossary``'s file and its errors (named by line)."""
+its entries, and ``read_glossary_file``'s file and its errors (named by
+line)."""
 
 import json
 import pickle
@@ -14,7 +15,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from keras_transformer.translate.glossary import Glossary, GlossaryError, read_glossary
+from keras_transformer.translate.glossary import (
+    Glossary,
+    GlossaryError,
+    read_glossary_file,
+)
 from tests.installed_commands import HEAVY
 
 pytestmark = pytest.mark.once
@@ -341,7 +346,7 @@ def write(tmp_path, data, name="glossary.tsv"):
     return path
 
 
-def test_read_glossary(tmp_path):
+def test_read_glossary_file(tmp_path):
     path = write(
         tmp_path,
         "# terms for the manual\n"
@@ -353,19 +358,20 @@ def test_read_glossary(tmp_path):
         "DOG\tHund\n"  # the same entry again
         "Straße\tstreet",  # no final newline
     )
-    glossary = read_glossary(path)
+    glossary = read_glossary_file(path)
     assert glossary.as_dict() == {
         "dog": "Hund",
         "fire engine": "Feuerwehrauto",
         "Straße": "street",
     }
     assert glossary.targets("The FIRE ENGINE hit a dog.") == ["Feuerwehrauto", "Hund"]
-    assert len(read_glossary(str(write(tmp_path, "# nothing yet\n", "e.tsv")))) == 0
+    empty = write(tmp_path, "# nothing yet\n", "e.tsv")
+    assert len(read_glossary_file(str(empty))) == 0
 
 
 def test_a_byte_order_mark_is_not_part_of_the_first_term(tmp_path):
     path = write(tmp_path, b"\xef\xbb\xbfdog\tHund\ncat\tKatze\n")
-    glossary = read_glossary(path)
+    glossary = read_glossary_file(path)
     assert list(glossary) == [("dog", "Hund"), ("cat", "Katze")]
     assert glossary.targets("dog") == ["Hund"]
 
@@ -395,7 +401,7 @@ def test_a_byte_order_mark_is_not_part_of_the_first_term(tmp_path):
 def test_file_errors_name_the_file_and_line(tmp_path, data, line, reason):
     path = write(tmp_path, data)
     with pytest.raises(GlossaryError) as raised:
-        read_glossary(path)
+        read_glossary_file(path)
     error = raised.value
     assert str(error).startswith(f"{path}, line {line}: ")
     assert reason in str(error)
@@ -408,6 +414,6 @@ def test_file_errors_name_the_file_and_line(tmp_path, data, line, reason):
 def test_missing_file_and_directory(tmp_path):
     missing = tmp_path / "absent.tsv"
     with pytest.raises(GlossaryError, match=re.escape(f"{missing}: no such file")):
-        read_glossary(missing)
+        read_glossary_file(missing)
     with pytest.raises(GlossaryError, match=re.escape(f"{tmp_path}: is a directory")):
-        read_glossary(tmp_path)
+        read_glossary_file(tmp_path)

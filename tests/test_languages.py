@@ -12,7 +12,7 @@ from keras_transformer.data.languages import (
     language_name,
     languages_of_name,
 )
-from keras_transformer.pretrained.marian_export import tokenizer_config
+from keras_transformer.export.marian import tokenizer_config
 from keras_transformer.pretrained.preset import checkpoint_languages
 from keras_transformer.serving.searcher import languages as _languages
 from keras_transformer.translate.evaluation import load_translator

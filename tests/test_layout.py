@@ -246,7 +246,24 @@ def _imports_of(tree):
             module = _named_module(node.value, bound)
             if module is not None and module.split(".")[0] == TOP:
                 found.add(_resolve(module, node.attr))
+    found |= _modules_run(tree)
     return {m for m in found - {None} if m == TOP or m.startswith(f"{TOP}.")}
+
+
+def _modules_run(tree):
+    """The modules a command line written in ``tree`` runs with ``python
+    -m`` (``[sys.executable, "-m", "keras_transformer.x.y", ...]``): a
+    subprocess imports its module as surely as an import statement does."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.List, ast.Tuple)):
+            words = [getattr(item, "value", None) for item in node.elts]
+            found.update(
+                module
+                for flag, module in zip(words, words[1:], strict=False)
+                if flag == "-m" and isinstance(module, str)
+            )
+    return found
 
 
 def package_imports():
@@ -255,7 +272,8 @@ def package_imports():
     module, not the package's ``__init__``; a name of a package's lazy table
     (``from keras_transformer import build_model``, or ``kt.build_model``
     after ``import keras_transformer as kt``) counts as the module that
-    defines it too, after the package."""
+    defines it too, after the package; so does a module a subprocess runs
+    with ``python -m``."""
     return {
         _module_name(path): _imports_of(ast.parse(path.read_text())) for path in PACKAGE
     }
@@ -311,6 +329,23 @@ def test_imports_go_only_downward():
         and RANKS[_subsystem(imported)] >= RANKS[_subsystem(module)]
     ]
     assert not upward
+
+
+def test_a_module_run_with_python_m_is_an_import_edge():
+    """A subprocess's ``python -m`` module is an edge like an import: one
+    from the exports to a command would go upward, and the SavedModel
+    export's child process is found where it runs."""
+    code = (
+        "import subprocess, sys\n"
+        "def write(path):\n"
+        "    command = [sys.executable, '-m', 'keras_transformer.cli.export', path]\n"
+        "    subprocess.run(command, check=True)\n"
+    )
+    (imported,) = _imports_of(ast.parse(code))
+    assert imported == "keras_transformer.cli.export"
+    assert RANKS[_subsystem(imported)] > RANKS["export"]
+    edges = package_imports()["keras_transformer.export.saved_model"]
+    assert "keras_transformer.export._saved_model_child" in edges
 
 
 def test_no_import_cycles():

@@ -25,7 +25,7 @@ from keras_transformer import Translator
 from keras_transformer.backend import cpu_flags
 from keras_transformer.data.numbers import english, german
 from keras_transformer.export import ctranslate2 as kt_ct2
-from keras_transformer.pretrained.marian_export import write_marian
+from keras_transformer.export.marian import write_marian
 from keras_transformer.search.options import SearchOptions
 from tests.test_marian import sentencepiece_model
 
@@ -157,13 +157,17 @@ CASES = ("shared_model", "separate", "multi")
 
 
 @pytest.fixture(scope="module")
-def imported(tmp_path_factory):
+def checkpoints(tmp_path_factory):
     root = tmp_path_factory.mktemp("routes")
-    translators = {}
-    for case in CASES:
-        folder = trained_checkpoint(root / case, case)
-        translators[case] = Translator.from_preset(folder, search=BEAM)
-    return translators
+    return {case: trained_checkpoint(root / case, case) for case in CASES}
+
+
+@pytest.fixture(scope="module")
+def imported(checkpoints):
+    return {
+        case: Translator.from_preset(folder, search=BEAM)
+        for case, folder in checkpoints.items()
+    }
 
 
 def translate(translator, case, search):
@@ -246,6 +250,68 @@ def test_ctranslate2_refuses_a_search_it_cannot_keep(imported, tmp_path):
             translator, tmp_path / "ct2", search=transformers_search
         )
     assert not (tmp_path / "ct2").exists()
+
+
+# Longer than 14 pieces: its limit is the model's max_length (64), not its
+# length + 50.
+LONG = " ".join(english(n) for n in (398, 256, 311, 123))
+
+
+def endless_checkpoint(folder, out, max_length=None):
+    """``folder``'s checkpoint with its end token never the most probable
+    (its logits bias 30 lower), so that every output runs to its limit;
+    with ``max_length``, the generation config's."""
+    model = transformers.MarianMTModel.from_pretrained(str(folder))
+    with torch.no_grad():
+        model.final_logits_bias[0, model.config.eos_token_id] -= 30.0
+    model.save_pretrained(out)
+    for name in ("source.spm", "target.spm", "vocab.json"):
+        (out / name).write_bytes((folder / name).read_bytes())
+    if max_length is not None:
+        path = out / "generation_config.json"
+        settings = json.loads(path.read_text())
+        path.write_text(json.dumps({**settings, "max_length": max_length}))
+    return out
+
+
+@pytest.mark.parametrize("max_length", [None, 20])
+def test_ctranslate2_cuts_outputs_at_the_translators_limit(
+    checkpoints, max_length, tmp_path
+):
+    """An imported model whose outputs never end: each runs to its limit
+    (its source length + 50 up to the model's max_length, or the generation
+    config's max_length less the start token) on the Keras translator and
+    on its CTranslate2 export alike, token for token and score for score:
+    with the paper's search, and with the model's own, transformers' greedy
+    search, which puts the end token in the limit's last place (asked of
+    the export by name: its default search is the paper's)."""
+    folder = checkpoints["shared_model"]
+    folder = endless_checkpoint(folder, tmp_path / "endless", max_length)
+    translator = Translator.from_preset(folder)
+    own = translator.default_search
+    assert (own.beam_size, own.length_penalty_form) == (1, "transformers")
+    texts = [*SENTENCES, LONG]
+    sources = quietly(translator.encode_sources, texts)
+    limits = [translator.output_limit(len(row) - 1) for row in sources]
+    if max_length is None:
+        assert max(limits) == translator.target_max_length == 64
+        assert len(set(limits)) >= 5  # each sentence its own
+    else:
+        assert set(limits) == {0, max_length - 1}
+    for search, forced in ((GREEDY, False), (own, True)):
+        ids = quietly(translator.translate_ids, texts, search)
+        assert [len(row) for row in ids] == limits
+        assert all((row[-1] == translator.end_id) == forced for row in ids if row)
+    # kt-export --length-penalty-form gnmt --beam-size 1
+    out = kt_ct2.export_ctranslate2(translator, tmp_path / "ct2", search=GREEDY)
+    engine = kt_ct2.load_ctranslate2(out)
+    for search in (GREEDY, BEAM, own):
+        ours = [row[0] for row in quietly(translator.decode_ids, sources, search)]
+        theirs = [row[0] for row in quietly(engine.decode_ids, sources, search)]
+        assert [ids for ids, _ in theirs] == [ids for ids, _ in ours], search
+        np.testing.assert_allclose(
+            [score for _, score in theirs], [score for _, score in ours], rtol=1e-4
+        )
 
 
 def test_the_saved_model_refuses_a_marian_tokenizer(imported, tmp_path):

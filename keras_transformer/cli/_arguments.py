@@ -4,7 +4,7 @@ import argparse
 import os
 
 from keras_transformer.search import options
-from keras_transformer.translate.glossary import GlossaryError, read_glossary
+from keras_transformer.translate.glossary import GlossaryError, read_glossary_file
 
 
 def positive_int(text):
@@ -128,7 +128,7 @@ def read_glossary_argument(parser, path):
     if path is None:
         return None
     try:
-        return read_glossary(path)
+        return read_glossary_file(path)
     except GlossaryError as error:
         parser.exit(2, f"{parser.prog}: error: {error}\n")
 

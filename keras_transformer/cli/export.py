@@ -21,7 +21,7 @@ folder in Hugging Face's layout (``config.json``, ``model.safetensors``,
 ``source.spm``, ``target.spm``, ``vocab.json``, and ``generation_config.json``
 with the beam size and length penalty), which transformers' ``MarianMTModel``
 and ``MarianTokenizer`` load and ``Translator.from_preset`` imports back
-(``keras_transformer.pretrained.marian_export``). An existing non-empty
+(``keras_transformer.export.marian``). An existing non-empty
 ``--out`` is kept unless ``--overwrite`` is given; nothing half-written is
 left behind. A missing or damaged model stops the run with exit status 2 and
 one line.
@@ -93,7 +93,7 @@ def main(argv=None):
                 search=search_options(args, translator),
             )
         elif args.format == "marian":
-            from keras_transformer.pretrained.marian_export import write_marian
+            from keras_transformer.export.marian import write_marian
 
             path = write_marian(
                 translator,

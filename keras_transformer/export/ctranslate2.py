@@ -195,6 +195,9 @@ def _default_search(translator, search):
     """The search the export keeps as its default, or ``ValueError`` for one
     its engine cannot run."""
     search = SearchOptions.of(translator.default_search if search is None else search)
+    # transformers' greedy search is the engine's too (the end forced at the
+    # limit), but a default is every call's start, with any beam size: a
+    # beam of transformers' form is none of CTranslate2's.
     if search.length_penalty_form != "gnmt":
         raise ValueError(
             "The CTranslate2 export ranks hypotheses by GNMT's length penalty; "

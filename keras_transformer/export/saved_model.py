@@ -67,7 +67,7 @@ of its transformer (same weights): the SavedModel computes in float32.
 On JAX and PyTorch the backend's ops are not TensorFlow ops: the translator
 is saved to a temporary ``.keras`` file, and a subprocess with
 ``KERAS_BACKEND=tensorflow`` loads and exports it (``python -m
-keras_transformer.cli._saved_model_child MODEL.keras OUT``); its errors come
+keras_transformer.export._saved_model_child JOB.json``); its errors come
 back as the same exception types.
 
 The export is written to a temporary sibling of ``path`` and renamed into
@@ -88,8 +88,8 @@ from keras_transformer.export.saved_model_graph import (
     INPUT,
     OUTPUT,
     SIGNATURE,
+    check_translator,
     require_tensorflow_text,
-    sentencepiece_model,
     write_graph,
 )
 
@@ -189,25 +189,6 @@ def export_saved_model(
 # -- checks --------------------------------------------------------------------
 
 
-def check_translator(translator):
-    """``TypeError`` or ``ValueError`` unless ``translator`` can be written
-    as a SavedModel: a ``Translator`` with a vocabulary, finite position
-    limits, and a tokenizer that tensorflow-text's SentencePiece op can
-    restate."""
-    from keras_transformer.translate.keras_translator import Translator
-
-    if not isinstance(translator, Translator):
-        raise TypeError(
-            "translator must be a keras_transformer.Translator. "
-            f"Received: {type(translator).__name__}"
-        )
-    translator.check_tokenizer()
-    sentencepiece_model(translator.tokenizer)
-    for limit in (translator.source_max_length, translator.target_max_length):
-        if not isinstance(limit, int):
-            raise ValueError("the transformer must have an int max_length to export")
-
-
 def _check_target(path, overwrite):
     if overwrite or not os.path.lexists(path):
         return
@@ -275,19 +256,22 @@ def _write_in_subprocess(translator, directory, search, jit_compile):
         package_root = os.path.dirname(os.path.dirname(keras_transformer.__file__))
         paths = [package_root, *filter(None, [environment.get("PYTHONPATH")])]
         environment["PYTHONPATH"] = os.pathsep.join(paths)
+        job = {
+            "model": model_path,
+            "output": directory,
+            "search": dataclasses.asdict(search),
+            "jit_compile": bool(jit_compile),
+            "result": result_path,
+        }
+        job_path = os.path.join(scratch, "job.json")
+        with open(job_path, "w", encoding="utf-8") as file:
+            json.dump(job, file)
         command = [
             sys.executable,
             "-m",
-            "keras_transformer.cli._saved_model_child",
-            model_path,
-            directory,
-            "--search",
-            json.dumps(dataclasses.asdict(search)),
-            "--result",
-            result_path,
+            "keras_transformer.export._saved_model_child",
+            job_path,
         ]
-        if not jit_compile:
-            command.append("--no-jit-compile")
         process = subprocess.run(
             command, env=environment, capture_output=True, text=True, check=False
         )

@@ -69,6 +69,25 @@ def sentencepiece_model(tokenizer):
     return files[MODEL_FILE]
 
 
+def check_translator(translator):
+    """``TypeError`` or ``ValueError`` unless ``translator`` can be written
+    as a SavedModel: a ``Translator`` with a vocabulary, finite position
+    limits, and a tokenizer that tensorflow-text's SentencePiece op can
+    restate."""
+    from keras_transformer.translate.keras_translator import Translator
+
+    if not isinstance(translator, Translator):
+        raise TypeError(
+            "translator must be a keras_transformer.Translator. "
+            f"Received: {type(translator).__name__}"
+        )
+    translator.check_tokenizer()
+    sentencepiece_model(translator.tokenizer)
+    for limit in (translator.source_max_length, translator.target_max_length):
+        if not isinstance(limit, int):
+            raise ValueError("the transformer must have an int max_length to export")
+
+
 def _float32_transformer(transformer):
     """``transformer`` itself when it computes in float32, else a float32
     copy with its weights (mixed-precision variables are float32 already)."""

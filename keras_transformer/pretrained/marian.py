@@ -7,7 +7,7 @@ projection. What differs is expressed without a new layer:
 - **Config fields** (``TransformerConfig``): the feed-forward ``activation``
   (mostly swish, GELU or ReLU), a ``logits_bias`` (``final_logits_bias``),
   ``layer_norm_epsilon`` 1e-5 (PyTorch's default; or the config's own
-  ``layer_norm_epsilon``, which ``marian_export`` writes and transformers
+  ``layer_norm_epsilon``, which ``export.marian`` writes and transformers
   ignores), ``scale_embeddings`` (the checkpoint's ``scale_embedding``),
   separate source and target vocabularies (``share_embeddings=False``).
 - **The sinusoid's layout, by a permutation of the model dimension.** Marian
@@ -144,7 +144,7 @@ def transformer_arguments(config, source_size, target_size):
         "share_embeddings": shared,
         "norm_first": False,
         "max_length": int(config["max_position_embeddings"]),
-        # Not a MarianConfig field: marian_export writes the model's, which
+        # Not a MarianConfig field: export.marian writes the model's, which
         # transformers ignores (computing with 1e-5).
         "layer_norm_epsilon": float(
             config.get("layer_norm_epsilon", LAYER_NORM_EPSILON)

@@ -51,7 +51,7 @@ def constrain(translator, limits, texts, value, name):
             "glossary: this server takes none (start it with "
             "--glossary-max-tokens N, e.g. 16)",
         )
-    glossary = read_glossary(value, limits)
+    glossary = read_glossary_field(value, limits)
     # Cleaned, distinct and in order: constraint_ids keeps them so, row by
     # row, and a missed phrase's index is its term's.
     terms = [list(dict.fromkeys(glossary.targets(text))) for text in texts]
@@ -79,8 +79,9 @@ def _unspellable(error, terms):
     )
 
 
-def read_glossary(value, limits):
-    """The ``Glossary`` of the field's ``value``, or ``RequestError``."""
+def read_glossary_field(value, limits):
+    """The ``Glossary`` of a request's ``glossary`` field (its ``value``, as
+    sent), or ``RequestError``."""
     if not isinstance(value, dict):
         hint = (
             " (a form or query field is a string: send the request as JSON)"

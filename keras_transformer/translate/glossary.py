@@ -30,10 +30,10 @@ runs collapsed to one space) and hold no tab or line break (a glossary file
 could not); two source terms equal after cleaning and casefolding are one
 term, refused if their targets differ.
 
-A glossary file (``read_glossary``) is UTF-8 text (a byte-order mark is
-accepted), one ``source<TAB>target`` per line; blank lines and lines whose
-first non-blank character is ``#`` are skipped. Its errors name the file and
-the line.
+A glossary file (``read_glossary_file``) is UTF-8 text (a byte-order mark
+is accepted), one ``source<TAB>target`` per line; blank lines and lines
+whose first non-blank character is ``#`` are skipped. Its errors name the
+file and the line.
 
 This module imports neither Keras nor numpy: glossaries are read and checked
 before a model loads, and by tools that never load one.
@@ -198,14 +198,14 @@ class Glossary:
 
         Raises:
             TypeError: anything else (a file's path included: read it with
-                ``read_glossary``).
+                ``read_glossary_file``).
         """
         if value is None or isinstance(value, cls):
             return value
         if isinstance(value, collections.abc.Mapping):
             return cls(value)
         hint = (
-            " (a file: read it with read_glossary)"
+            " (a file: read it with read_glossary_file)"
             if isinstance(value, (str, bytes, os.PathLike))
             else ""
         )
@@ -280,7 +280,7 @@ def _resolve(matches, size):
     return kept
 
 
-def read_glossary(path):
+def read_glossary_file(path):
     """The glossary in a TSV file, one ``source<TAB>target`` per line.
 
     Args:

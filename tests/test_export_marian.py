@@ -1,4 +1,4 @@
-"""Translators written as Marian checkpoint folders (``pretrained/marian_export.py``).
+"""Translators written as Marian checkpoint folders (``export/marian.py``).
 
 The references are the readers of such a folder: transformers'
 ``MarianMTModel`` and ``MarianTokenizer`` (logits, token ids, greedy
@@ -34,8 +34,8 @@ from keras_transformer.cli import export
 from keras_transformer.data import tokenizer as tk
 from keras_transformer.data.numbers import english, german
 from keras_transformer.data.sentencepiece import SentencePiece
+from keras_transformer.export.marian import write_marian
 from keras_transformer.pretrained.marian import vocabulary_order
-from keras_transformer.pretrained.marian_export import write_marian
 from keras_transformer.special_tokens import END_ID, PAD_ID, START_ID
 from tests import subprocess_coverage
 from tests.test_export_ctranslate2 import FIXTURE, load

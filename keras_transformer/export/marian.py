@@ -3,14 +3,15 @@
 ``write_marian(translator, folder)`` writes what
 ``transformers.MarianMTModel.from_pretrained(folder)`` and
 ``transformers.MarianTokenizer.from_pretrained(folder)`` load, and what
-``Translator.from_preset(folder)`` imports back. It is ``marian.py`` run
-backwards, with NumPy and ``safetensors`` alone (no PyTorch, no
-transformers):
+``Translator.from_preset(folder)`` imports back. It is
+``pretrained/marian.py`` run backwards, with NumPy and ``safetensors`` alone
+(no PyTorch, no transformers):
 
 - **The residual stream's coordinates** are put back in Marian's order (all
-  sines, then all cosines) by the inverse of ``marian.residual_order``:
-  the rows of every matrix that reads the stream, the columns of every one
-  that writes it, the embeddings' columns and the layer norms' vectors.
+  sines, then all cosines) by the inverse of
+  ``pretrained.marian.residual_order``: the rows of every matrix that reads
+  the stream, the columns of every one that writes it, the embeddings'
+  columns and the layer norms' vectors.
 - **The vocabulary.** Marian decodes from its ``<pad>`` row; this package
   from its start id's. So the start row becomes Marian's ``<pad>``, the end
   row ``</s>`` (0), the unknown row ``<unk>`` (1), the other ids follow in
@@ -38,11 +39,12 @@ transformers):
   with PyTorch's default, 1e-5, and has no setting for it; the paper's
   models here use 1e-6. ``config.json`` carries the model's as
   ``layer_norm_epsilon``, which transformers keeps but ignores and
-  ``marian.read_config`` honours: the round trip through ``from_preset`` is
-  exact, while transformers' logits differ from this package's by what
-  the epsilon changes: for the number-task model of tests/fixtures (1e-6),
-  2e-5 at most on logits of up to 8 (3e-6 of their scale), where the same
-  weights with 1e-5 agree within float32 rounding (3e-6, 4e-7 of it).
+  ``pretrained.marian.read_config`` honours: the round trip through
+  ``from_preset`` is exact, while transformers' logits differ from this
+  package's by what the epsilon changes: for the number-task model of
+  tests/fixtures (1e-6), 2e-5 at most on logits of up to 8 (3e-6 of their
+  scale), where the same weights with 1e-5 agree within float32 rounding
+  (3e-6, 4e-7 of it).
 - **The search** (``generation_config.json``): the translator's default
   search (the paper's: 4 beams, α = 0.6; ``search=`` replaces it) as
   ``num_beams`` and ``length_penalty`` (transformers ranks finished
@@ -472,7 +474,7 @@ def marian_config(model, vocabulary):
         "use_cache": True,
         "dtype": "float32",
         # Not a MarianConfig field: transformers keeps it and computes with
-        # 1e-5; marian.read_config reads it back.
+        # 1e-5; pretrained.marian.read_config reads it back.
         "layer_norm_epsilon": float(config.layer_norm_epsilon),
     }
 
