@@ -114,3 +114,25 @@ def test_a_wrong_signature_is_caught():
     shown = 'tokenizer, transformer, search_dtype="float32"'
     assert check_signature("Translator", shown)
     assert not check_signature("transformer_config", "config=None, **overrides")
+
+
+def test_the_install_section_names_each_export_formats_extra():
+    """The README's install section names, for each ``kt-export`` format, an
+    extra that installs the package that format's writer imports."""
+    import tomllib
+
+    extras = tomllib.loads((README.parent / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]
+    install = README.read_text().split("## Install", 1)[1].split("\n## ", 1)[0]
+    install = " ".join(install.split())
+    # format -> (the extra named beside it, a package its writer imports)
+    writers = {
+        "ctranslate2": ("ctranslate2", "ctranslate2"),
+        "saved_model": ("saved-model", "tensorflow-text"),
+        "marian": ("pretrained", "safetensors"),
+    }
+    for form, (extra, package) in writers.items():
+        assert f"`{extra}`" in install, form
+        assert any(re.match(rf"{package}\b", dep) for dep in extras[extra]), form
+    assert "`--format marian`" in install
