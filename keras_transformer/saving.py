@@ -105,8 +105,10 @@ class _Watcher(importlib.abc.MetaPathFinder):
     def find_spec(self, fullname, path, target=None):
         if fullname != "keras" and not fullname.startswith("keras_transformer."):
             return None
-        after = sys.meta_path[sys.meta_path.index(self) + 1 :]
-        for finder in after:
+        finders = list(sys.meta_path)
+        if self not in finders:  # another thread has just registered
+            return None
+        for finder in finders[finders.index(self) + 1 :]:
             find_spec = getattr(finder, "find_spec", None)
             spec = find_spec(fullname, path, target) if find_spec else None
             if spec is not None:
