@@ -327,8 +327,8 @@ def test_adversarial_markup_parses_in_linear_time(name):
     HtmlDocument.parse(large)  # never raises
     small_time = best_parse_time(small, repeats=5)
     large_time = best_parse_time(large, repeats=5)
-    assert large_time < 1.0, f"{name}: {large_time:.2f} s for 100,000 characters"
     # Ten times the markup takes about ten times as long; quadratic is 100.
+    # (No bound on the seconds themselves: they are the machine's.)
     # The bound sits between the two: with the suite's other processes
     # beside it on two cores, a linear parse has measured up to 34.
     ratio = large_time / max(small_time, 1e-4)
